@@ -1,0 +1,136 @@
+"""Test helpers: the real server on a free loopback port, and small real clients for it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+import unittest
+from dataclasses import dataclass
+
+from websockets.asyncio.client import connect as ws_connect
+
+from totem.app import App
+from totem.config import parse_values
+
+# Every wait in the tests is expressed in this unit; raise TOTEM_TEST_SLOWDOWN on a slow machine.
+MS = 0.001 * float(os.environ.get("TOTEM_TEST_SLOWDOWN", "1"))
+TOKEN = "correct-horse-battery-staple"
+
+
+@contextlib.asynccontextmanager
+async def running_totem(tmpdir: str, **settings):
+    """Start the real app on 127.0.0.1 port 0 with a temporary data folder; yield the App."""
+    raw = {"listen": "127.0.0.1", "port": "0", "data": os.path.join(tmpdir, "data")}
+    raw.update({key: str(value) for key, value in settings.items()})
+    app = App(parse_values(raw, tmpdir))
+    await app.start()
+    try:
+        yield app
+    finally:
+        await app.stop()
+
+
+@dataclass
+class Answer:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+    raw_headers: list[tuple[str, str]]
+
+    def json(self):
+        return json.loads(self.body)
+
+    def header(self, name: str) -> str | None:
+        return self.headers.get(name.lower())
+
+
+async def read_answer(reader: asyncio.StreamReader, head_only: bool = False) -> Answer:
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split(" ")[1])
+    raw_headers = []
+    for line in lines[1:]:
+        if line:
+            name, _, value = line.partition(":")
+            raw_headers.append((name.strip(), value.strip()))
+    headers = {name.lower(): value for name, value in raw_headers}
+    length = int(headers.get("content-length", "0"))
+    body = b"" if head_only else await reader.readexactly(length)
+    return Answer(status, headers, body, raw_headers)
+
+
+async def request(app, method: str, path: str, body=None, headers: dict | None = None,
+                  raw_body: bytes | None = None, host: str | None = None) -> Answer:
+    """One HTTP request on a new connection; JSON-encodes `body`."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", app.port)
+    try:
+        payload = raw_body if raw_body is not None else (b"" if body is None else json.dumps(body).encode())
+        lines = [f"{method} {path} HTTP/1.1", f"Host: {host or f'127.0.0.1:{app.port}'}",
+                 "Connection: close"]
+        for name, value in (headers or {}).items():
+            lines.append(f"{name}: {value}")
+        if payload or method == "POST":
+            lines.append(f"Content-Length: {len(payload)}")
+            if body is not None:
+                lines.append("Content-Type: application/json")
+        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + payload)
+        await writer.drain()
+        return await read_answer(reader, head_only=method == "HEAD")
+    finally:
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
+
+
+async def call(app, name: str, body=None, ident: str | None = None, query: str = "", headers=None,
+               method: str | None = None) -> Answer:
+    """Call an API action: POST with a body, GET without one (unless method says otherwise)."""
+    path = f"/api/{name}" + (f"/{ident}" if ident else "") + (f"?{query}" if query else "")
+    return await request(app, method or ("POST" if body is not None else "GET"), path, body, headers)
+
+
+def ws_url(app) -> str:
+    return f"ws://127.0.0.1:{app.port}/ws/"
+
+
+async def open_ws(app, **kwargs):
+    return await ws_connect(ws_url(app), **kwargs)
+
+
+async def next_event(ws, timeout_ms: float = 2000) -> dict:
+    return json.loads(await asyncio.wait_for(ws.recv(), timeout_ms * MS))
+
+
+class TotemCase(unittest.IsolatedAsyncioTestCase):
+    """A test with a running Totem in `self.app` and a temporary folder in `self.tmp`."""
+
+    settings: dict = {}
+
+    async def asyncSetUp(self):
+        self.tmp = os.path.realpath(tempfile.mkdtemp(prefix="totem-test-"))
+        self.addCleanup(shutil.rmtree, self.tmp, ignore_errors=True)
+        self._server = running_totem(self.tmp, **self.settings)
+        self.app = await self._server.__aenter__()
+
+    async def asyncTearDown(self):
+        await self._server.__aexit__(None, None, None)
+
+    def folder(self, name: str) -> str:
+        path = os.path.join(self.tmp, name)
+        os.makedirs(path, exist_ok=True)
+        return path
+
+    async def open_project(self, name: str = "project") -> dict:
+        answer = await call(self.app, "projects_open", {"path": self.folder(name)})
+        assert answer.status == 200, answer.body
+        return answer.json()
+
+    async def create_session(self, projectid: str, name: str | None = None) -> dict:
+        body = {"projectid": projectid} | ({"name": name} if name else {})
+        answer = await call(self.app, "sessions_create", body)
+        assert answer.status == 200, answer.body
+        return answer.json()

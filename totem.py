@@ -1,0 +1,8 @@
+#!/usr/bin/env python3
+"""Totem launcher: `python totem.py [--config PATH]` serves."""
+import sys
+
+from totem.app import main
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

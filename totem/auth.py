@@ -1,0 +1,225 @@
+"""The perimeter: who may talk to Totem at all.
+
+Owns the access token (compared in constant time), the login cookie, the blocking of a client
+after repeated failures, the Host rule that stops DNS rebinding when no token is set, and the
+Origin rule for requests that change something and for the WebSocket. It answers questions
+about a request; it does not route or build responses (the caller raises what it returns).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import time
+from collections import deque
+from urllib.parse import urlsplit
+
+from .errors import Forbidden, TooManyRequests, Unauthorized
+
+COOKIE_NAME = "totem"
+COOKIE_MAX_AGE_S = 30 * 24 * 3600
+SAFE_METHODS = frozenset(("GET", "HEAD", "OPTIONS"))
+LOOPBACK_HOSTS = frozenset(("localhost", "127.0.0.1", "::1"))
+MAX_TRACKED_CLIENTS = 10_000
+
+
+def same_token(given: str, expected: str) -> bool:
+    """Compare two tokens in constant time, whatever their lengths (security text: FUNC.sametoken)."""
+    given_digest = hashlib.sha256(given.encode("utf-8", "surrogatepass")).digest()
+    expected_digest = hashlib.sha256(expected.encode("utf-8")).digest()
+    return hmac.compare_digest(given_digest, expected_digest) and bool(expected)
+
+
+def split_host(value: str) -> tuple[str, int | None] | None:
+    """Host and port of a Host header value (`[::1]:8470`, `localhost`), or None if malformed."""
+    value = value.strip().lower()
+    if not value:
+        return None
+    if value.startswith("["):
+        end = value.find("]")
+        if end < 0:
+            return None
+        host, rest = value[1:end], value[end + 1:]
+        if rest and not rest.startswith(":"):
+            return None
+        port_text = rest[1:] if rest else ""
+    else:
+        host, _, port_text = value.partition(":")
+        if ":" in port_text:
+            return None
+    if port_text:
+        if not port_text.isdigit() or int(port_text) > 65535:
+            return None
+        return host, int(port_text)
+    return host, None
+
+
+def cookie_value(header: str | None) -> str | None:
+    """Our cookie's value from a Cookie header."""
+    if not header:
+        return None
+    for item in header.split(";"):
+        name, sep, value = item.strip().partition("=")
+        if sep and name == COOKIE_NAME:
+            return value
+    return None
+
+
+def _digest(value: str) -> str:
+    return hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+class Perimeter:
+    """The checks that every request passes, in the order the router applies them."""
+
+    def __init__(self, config, store, clock=time.monotonic):
+        self.token = config.token
+        self.cookiesecure = config.cookiesecure
+        self.proxy = config.proxy
+        self.max_failures = config.failures
+        self.window_s = config.blockminutes * 60
+        self.store = store
+        self.clock = clock
+        self._failures: dict[str, deque[float]] = {}
+
+    # -- where the request comes from ---------------------------------------------------------
+
+    def client_address(self, request) -> str:
+        """The client's address: the peer, or the forwarded one when the peer is our proxy."""
+        if self.proxy and request.client == self.proxy:
+            forwarded = request.header("x-forwarded-for")
+            if forwarded:
+                return forwarded.split(",")[-1].strip()
+        return request.client
+
+    def requested_host(self, request) -> str | None:
+        """The host that was asked for: Host, or x-forwarded-host from the trusted proxy only."""
+        if self.proxy and request.client == self.proxy:
+            forwarded = request.header("x-forwarded-host")
+            if forwarded:
+                return forwarded.split(",")[0].strip()
+        return request.header("host")
+
+    def check_host(self, request) -> None:
+        """Without a token, only loopback Host names are served (DNS rebinding).
+
+        Raises Forbidden (or BadRequest-like Forbidden for a missing Host).
+        """
+        host = self.requested_host(request)
+        parsed = split_host(host or "")
+        if parsed is None:
+            raise Forbidden(("host", "a valid Host header is required"))
+        if not self.token and parsed[0] not in LOOPBACK_HOSTS:
+            raise Forbidden(("host", f"host {parsed[0]} is not served without an access token; "
+                                     "use http://127.0.0.1 or http://localhost"))
+
+    def same_origin(self, request) -> bool:
+        """True when there is no Origin (a program) or its host and port are the requested ones."""
+        origin = request.header("origin")
+        if origin is None:
+            return True
+        parts = urlsplit(origin)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            return False  # "null", file:, chrome-extension:, garbage
+        try:
+            origin_port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError:
+            return False
+        requested = split_host(self.requested_host(request) or "")
+        if requested is None:
+            return False
+        host, port = requested
+        port = port or (443 if parts.scheme == "https" else 80)
+        return parts.hostname == host.strip("[]") and origin_port == port
+
+    def check_origin(self, request) -> None:
+        """Refuse a change from a page of another origin. Raises Forbidden."""
+        if request.method not in SAFE_METHODS and not self.same_origin(request):
+            raise Forbidden(("origin", "requests from another origin cannot change anything"))
+
+    # -- blocking ------------------------------------------------------------------------------
+
+    def check_blocked(self, request) -> None:
+        """Raises TooManyRequests with Retry-After while a client is blocked."""
+        failures = self._recent_failures(self.client_address(request))
+        if failures is not None and len(failures) >= self.max_failures:
+            retry_after = max(1, int(failures[0] + self.window_s - self.clock()) + 1)
+            raise TooManyRequests(("token", f"too many failed attempts; try again in {retry_after} s"),
+                                  headers={"Retry-After": str(retry_after)})
+
+    def _recent_failures(self, client: str) -> deque | None:
+        failures = self._failures.get(client)
+        if failures is None:
+            return None
+        horizon = self.clock() - self.window_s
+        while failures and failures[0] <= horizon:
+            failures.popleft()
+        if not failures:
+            del self._failures[client]
+            return None
+        return failures
+
+    def record_failure(self, request) -> None:
+        client = self.client_address(request)
+        if client not in self._failures and len(self._failures) >= MAX_TRACKED_CLIENTS:
+            self._forget_expired()
+        self._failures.setdefault(client, deque(maxlen=self.max_failures)).append(self.clock())
+
+    def _forget_expired(self) -> None:
+        for client in list(self._failures):
+            self._recent_failures(client)
+
+    # -- identity ------------------------------------------------------------------------------
+
+    async def authenticate(self, request) -> None:
+        """Let the request through or raise Unauthorized/TooManyRequests.
+
+        Without a token every request that passed the Host rule is the local user. With a token,
+        a Bearer header or the login cookie is needed; a wrong Bearer token counts as a failure.
+        """
+        if not self.token:
+            return
+        self.check_blocked(request)
+        authorization = request.header("authorization")
+        if authorization is not None:
+            scheme, _, given = authorization.partition(" ")
+            if scheme.lower() == "bearer" and same_token(given.strip(), self.token):
+                return
+            self.record_failure(request)
+            raise Unauthorized(("token", "the access token is wrong"))
+        cookie = cookie_value(request.header("cookie"))
+        if cookie and await self.store.has_login(_digest(cookie)):
+            return
+        raise Unauthorized(("token", "sign in with the access token"))
+
+    async def is_authenticated(self, request) -> bool:
+        try:
+            await self.authenticate(request)
+        except (Unauthorized, TooManyRequests):
+            return False
+        return True
+
+    async def login(self, request, given: str) -> str:
+        """Check a token from the login form; returns the Set-Cookie value.
+
+        Raises TooManyRequests while blocked, Unauthorized for a wrong token.
+        """
+        self.check_blocked(request)
+        if not same_token(given, self.token):
+            self.record_failure(request)
+            raise Unauthorized(("token", "the access token is wrong"))
+        value = secrets.token_urlsafe(32)
+        await self.store.add_login(_digest(value))
+        return self._cookie(value, COOKIE_MAX_AGE_S)
+
+    async def logout(self, request) -> str:
+        """Forget this browser's login; returns the Set-Cookie value that clears it."""
+        cookie = cookie_value(request.header("cookie"))
+        if cookie:
+            await self.store.remove_login(_digest(cookie))
+        return self._cookie("", 0)
+
+    def _cookie(self, value: str, max_age: int) -> str:
+        flags = f"{COOKIE_NAME}={value}; Path=/; Max-Age={max_age}; HttpOnly; SameSite=Strict"
+        return flags + "; Secure" if self.cookiesecure else flags

@@ -1,0 +1,212 @@
+"""The configuration file: its keys, their types and ranges, and reading it.
+
+Owns `config.ini` (section `[totem]`): every key that the server accepts is declared once in
+KEYS with its type, default and allowed range, and a bad value stops the start with one line
+naming the key and what is allowed. It does not touch the network, the database or the event
+loop: reading the file is the only I/O.
+"""
+
+from __future__ import annotations
+
+import configparser
+import ipaddress
+import os
+from dataclasses import dataclass, fields
+from urllib.parse import urlsplit
+
+SECTION = "totem"
+
+
+class ConfigError(Exception):
+    """A configuration value that cannot be used; the message is one line for the person."""
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("true or false")
+
+
+def _int_range(low: int, high: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise ValueError(f"a whole number from {low} to {high}") from None
+        if not low <= value <= high:
+            raise ValueError(f"a whole number from {low} to {high}")
+        return value
+    return parse
+
+
+def _parse_address(text: str) -> str:
+    value = text.strip()
+    if value == "localhost":
+        return value
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        raise ValueError("an IP address such as 127.0.0.1, ::1 or 0.0.0.0") from None
+    return value
+
+
+def _parse_token(text: str) -> str:
+    value = text.strip()
+    if value and len(value) < 16:
+        raise ValueError("empty (no login) or at least 16 characters")
+    if any(ch.isspace() for ch in value):
+        raise ValueError("a token without spaces")
+    return value
+
+
+def _parse_secret(text: str) -> str:
+    value = text.strip()
+    if value and len(value) < 16:
+        raise ValueError("empty (generated in the data folder) or at least 16 characters")
+    return value
+
+
+def _parse_url(text: str) -> str:
+    value = text.strip()
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("an http or https URL")
+    return value
+
+
+def _parse_text(text: str) -> str:
+    return text.strip()
+
+
+def _parse_proxy(text: str) -> str:
+    value = text.strip()
+    if value:
+        _parse_address(value)
+    return value
+
+
+@dataclass(frozen=True)
+class Key:
+    name: str
+    parse: object
+    default: str
+
+
+# Every key of [totem]; the README and config.ini describe each one.
+KEYS = (
+    Key("listen", _parse_address, "127.0.0.1"),
+    Key("port", _int_range(0, 65535), "8470"),
+    Key("token", _parse_token, ""),
+    Key("secret", _parse_secret, ""),
+    Key("cookiesecure", _parse_bool, "false"),
+    Key("proxy", _parse_proxy, ""),
+    Key("data", _parse_text, "data"),
+    Key("terminalshell", _parse_text, ""),
+    Key("mcp", _parse_bool, "false"),
+    Key("forgemcp", _parse_bool, "false"),
+    Key("forgeurl", _parse_url, "https://docs.totaljs.com"),
+    Key("forgedocs", _parse_bool, "true"),
+    Key("forge", _parse_bool, "true"),
+    Key("headtimeout", _int_range(1, 300), "10"),
+    Key("bodytimeout", _int_range(1, 3600), "60"),
+    Key("keepalive", _int_range(1, 3600), "30"),
+    Key("failures", _int_range(1, 1000), "10"),
+    Key("blockminutes", _int_range(1, 1440), "5"),
+    Key("wsqueue", _int_range(16, 1_000_000), "4096"),
+    Key("wsping", _int_range(1, 3600), "20"),
+)
+
+
+@dataclass(frozen=True)
+class Config:
+    """The typed values of the configuration file."""
+
+    listen: str
+    port: int
+    token: str
+    secret: str
+    cookiesecure: bool
+    proxy: str
+    data: str
+    terminalshell: str
+    mcp: bool
+    forgemcp: bool
+    forgeurl: str
+    forgedocs: bool
+    forge: bool
+    headtimeout: int
+    bodytimeout: int
+    keepalive: int
+    failures: int
+    blockminutes: int
+    wsqueue: int
+    wsping: int
+
+    def replace(self, **changes) -> "Config":
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values.update(changes)
+        return Config(**values)
+
+
+def is_loopback(address: str) -> bool:
+    """Whether a listen address only reaches this computer."""
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+def parse_values(raw: dict[str, str], base_dir: str) -> Config:
+    """Type-check raw strings into a Config.
+
+    Raises ConfigError for an unknown key, a bad value, or a non-loopback listen address
+    without a token.
+    """
+    known = {key.name for key in KEYS}
+    for name in raw:
+        if name not in known:
+            raise ConfigError(f"config: unknown key '{name}' in [{SECTION}]")
+    values = {}
+    for key in KEYS:
+        text = raw.get(key.name, key.default)
+        try:
+            values[key.name] = key.parse(text)
+        except ValueError as exc:
+            raise ConfigError(f"config: '{key.name}' must be {exc}, not {text.strip()!r}") from None
+    if not os.path.isabs(values["data"]):
+        values["data"] = os.path.join(base_dir, values["data"] or "data")
+    config = Config(**values)
+    if not is_loopback(config.listen) and not config.token:
+        raise ConfigError(
+            f"config: 'listen' is {config.listen}, which other computers can reach; "
+            "set 'token' to listen there, or listen on 127.0.0.1")
+    return config
+
+
+def load_config(path: str) -> Config:
+    """Read and validate a configuration file; a missing file gives the defaults.
+
+    Raises ConfigError with one line for the person.
+    """
+    parser = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=("#", ";"))
+    try:
+        with open(path, encoding="utf-8") as handle:
+            parser.read_file(handle)
+    except FileNotFoundError:
+        if path != default_config_path():
+            raise ConfigError(f"config: no file at {path}") from None
+    except (configparser.Error, UnicodeDecodeError) as exc:
+        first_line = str(exc).splitlines()[0]
+        raise ConfigError(f"config: {path} cannot be read: {first_line}") from None
+    raw = dict(parser[SECTION]) if parser.has_section(SECTION) else {}
+    return parse_values(raw, os.path.dirname(os.path.abspath(path)))
+
+
+def default_config_path() -> str:
+    """config.ini beside totem.py."""
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "config.ini")

@@ -1,0 +1,426 @@
+"""HTTP/1.1 on asyncio streams: parsing with limits, keep-alive, responses and static files.
+
+Owns the wire: it reads request heads and bodies within size and time limits, writes responses
+with the security headers that every answer carries, and serves files from `static/` without a
+way out of that folder. It knows nothing of authentication, actions or the database: a handler
+given to `HttpServer` decides what each request gets. A handler may take over the connection
+(the WebSocket upgrade) by returning None.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import mimetypes
+import os
+import time
+from dataclasses import dataclass, field
+from email.utils import formatdate
+from http import HTTPStatus
+from urllib.parse import parse_qsl, unquote
+
+from .errors import ApiError, BadRequest, error_body
+
+log = logging.getLogger("totem.httpd")
+
+MAX_REQUEST_LINE_BYTES = 8 * 1024
+MAX_HEAD_BYTES = 32 * 1024
+MAX_HEADERS = 100
+MAX_BODY_BYTES = 20 * 1024 * 1024
+MAX_QUERY_FIELDS = 100
+READ_CHUNK_BYTES = 64 * 1024
+
+# Sent with every answer, errors and static files included (security text, "The server").
+# Our pages use no inline script or style, so the policy can forbid them: a model's Markdown
+# image or a link cannot carry data to another origin.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; img-src 'self' data: blob:; connect-src 'self'; "
+    "frame-ancestors 'none'; base-uri 'none'; form-action 'self'; object-src 'none'")
+SECURITY_HEADERS = (
+    ("X-Content-Type-Options", "nosniff"),
+    ("X-Frame-Options", "DENY"),
+    ("Referrer-Policy", "no-referrer"),
+    ("Content-Security-Policy", CONTENT_SECURITY_POLICY),
+)
+
+STATIC_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".mjs": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".json": "application/json",
+    ".svg": "image/svg+xml",
+    ".png": "image/png",
+    ".ico": "image/x-icon",
+    ".woff2": "font/woff2",
+    ".txt": "text/plain; charset=utf-8",
+}
+
+_TOKEN_CHARS = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+class HttpError(Exception):
+    """A request that cannot be parsed or read; answered with `status` and closed."""
+
+    def __init__(self, status: int, reason: str):
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+@dataclass
+class Request:
+    """One parsed request. The body is read on demand with `read_body()`."""
+
+    method: str
+    target: str
+    path: str
+    query: dict[str, str]
+    headers: list[tuple[str, str]]
+    client: str
+    version: str
+    content_length: int = 0
+    raw_head: bytes = field(default=b"", repr=False)
+    _connection: "_Connection | None" = field(default=None, repr=False)
+    _body: bytes | None = field(default=None, repr=False)
+
+    def header(self, name: str) -> str | None:
+        """The value of a header (case-insensitive), or None."""
+        name = name.lower()
+        for key, value in self.headers:
+            if key == name:
+                return value
+        return None
+
+    async def read_body(self) -> bytes:
+        """Read the whole body within the body time limit.
+
+        Raises HttpError(408) when the client is too slow.
+        """
+        if self._body is None:
+            if self.content_length == 0 or self._connection is None:
+                self._body = b""
+            else:
+                self._body = await self._connection.read_exact(self.content_length)
+        return self._body
+
+    async def json(self):
+        """The body parsed as JSON. Raises BadRequest for anything else."""
+        body = await self.read_body()
+        if not body:
+            raise BadRequest(("body", "a JSON object is required"))
+        try:
+            return json.loads(body)
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+            reason = getattr(exc, "msg", "not UTF-8")
+            raise BadRequest(("body", f"malformed JSON: {reason}")) from None
+
+    def detach(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bytes]:
+        """Take the connection over (a WebSocket): its streams and the bytes already read."""
+        connection = self._connection
+        leftover = bytes(connection.buffer)
+        connection.buffer.clear()
+        return connection.reader, connection.writer, leftover
+
+    @property
+    def body_consumed(self) -> bool:
+        return self.content_length == 0 or self._body is not None
+
+
+@dataclass
+class Response:
+    """An answer: status, headers and a body held in memory."""
+
+    status: int
+    body: bytes = b""
+    content_type: str | None = None
+    headers: list[tuple[str, str]] = field(default_factory=list)
+    close: bool = False
+
+
+def json_response(data, status: int = 200, headers: list[tuple[str, str]] | None = None) -> Response:
+    """A JSON answer."""
+    body = json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
+    return Response(status, body, "application/json; charset=utf-8", list(headers or []))
+
+
+def error_response(exc: ApiError) -> Response:
+    """The answer to an ApiError, in the one error shape."""
+    return Response(exc.status, error_body(exc.errors), "application/json; charset=utf-8",
+                    list(exc.headers.items()))
+
+
+def plain_error(status: int, reason: str) -> Response:
+    return Response(status, error_body([("", reason)]), "application/json; charset=utf-8", close=True)
+
+
+class _Connection:
+    """The read side of one client connection, with a buffer that survives between requests."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, head_timeout: float,
+                 body_timeout: float, idle_timeout: float):
+        self.reader = reader
+        self.writer = writer
+        self.buffer = bytearray()
+        self.head_timeout = head_timeout
+        self.body_timeout = body_timeout
+        self.idle_timeout = idle_timeout
+
+    async def _fill(self, timeout: float) -> bool:
+        data = await asyncio.wait_for(self.reader.read(READ_CHUNK_BYTES), timeout)
+        if not data:
+            return False
+        self.buffer += data
+        return True
+
+    async def read_head(self) -> bytes | None:
+        """The bytes of the next request head, or None when the client went away or idled.
+
+        Raises HttpError for a head that is too large (414, 431) or too slow (408).
+        """
+        if not self.buffer:
+            try:
+                if not await self._fill(self.idle_timeout):
+                    return None
+            except (asyncio.TimeoutError, ConnectionError):
+                return None
+        deadline = time.monotonic() + self.head_timeout
+        while True:
+            end = self.buffer.find(b"\r\n\r\n")
+            if end >= 0:
+                head = bytes(self.buffer[:end])
+                del self.buffer[:end + 4]
+                self._check_head_size(head)
+                return head
+            self._check_head_size(bytes(self.buffer))
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise HttpError(408, "the request head took too long")
+            try:
+                if not await self._fill(remaining):
+                    return None
+            except asyncio.TimeoutError:
+                raise HttpError(408, "the request head took too long") from None
+            except ConnectionError:
+                return None
+
+    def _check_head_size(self, data: bytes) -> None:
+        line_end = data.find(b"\r\n")
+        if (line_end < 0 and len(data) > MAX_REQUEST_LINE_BYTES) or line_end > MAX_REQUEST_LINE_BYTES:
+            raise HttpError(414, f"the request line is longer than {MAX_REQUEST_LINE_BYTES} bytes")
+        if len(data) > MAX_HEAD_BYTES:
+            raise HttpError(431, f"the request headers are larger than {MAX_HEAD_BYTES} bytes")
+
+    async def read_exact(self, size: int) -> bytes:
+        deadline = time.monotonic() + self.body_timeout
+        while len(self.buffer) < size:
+            remaining = deadline - time.monotonic()
+            try:
+                if remaining <= 0 or not await self._fill(remaining):
+                    raise HttpError(408, "the request body took too long or was cut short")
+            except (asyncio.TimeoutError, ConnectionError):
+                raise HttpError(408, "the request body took too long or was cut short") from None
+        data = bytes(self.buffer[:size])
+        del self.buffer[:size]
+        return data
+
+
+def parse_head(head: bytes, client: str) -> Request:
+    """Parse a request head. Raises HttpError(400/431/501) for anything malformed."""
+    try:
+        text = head.decode("latin-1")
+    except UnicodeDecodeError:  # pragma: no cover - latin-1 decodes every byte
+        raise HttpError(400, "the request head is not text") from None
+    lines = text.split("\r\n")
+    parts = lines[0].split(" ")
+    if len(parts) != 3:
+        raise HttpError(400, "malformed request line")
+    method, target, version = parts
+    if version not in ("HTTP/1.1", "HTTP/1.0"):
+        raise HttpError(505 if version.startswith("HTTP/") else 400, "only HTTP/1.1 and HTTP/1.0 are served")
+    if not method or not set(method) <= _TOKEN_CHARS:
+        raise HttpError(400, "malformed method")
+    if not target.startswith("/"):
+        raise HttpError(400, "the request target must be a path")
+    headers = []
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if not sep or not name or not set(name) <= _TOKEN_CHARS:
+            raise HttpError(400, "malformed header line")
+        value = value.strip(" \t")
+        if any(ord(ch) < 32 and ch != "\t" or ord(ch) == 127 for ch in value):
+            raise HttpError(400, f"control character in header {name}")
+        headers.append((name.lower(), value))
+    if len(headers) > MAX_HEADERS:
+        raise HttpError(431, f"more than {MAX_HEADERS} headers")
+    raw_path, _, raw_query = target.partition("?")
+    try:
+        path = unquote(raw_path, errors="strict")
+        query = dict(parse_qsl(raw_query, keep_blank_values=True, strict_parsing=False,
+                               max_num_fields=MAX_QUERY_FIELDS, errors="strict"))
+    except UnicodeDecodeError:
+        raise HttpError(400, "the request target is not valid UTF-8") from None
+    except ValueError:
+        raise HttpError(400, f"more than {MAX_QUERY_FIELDS} query fields") from None
+    if "\x00" in path or any("\x00" in key or "\x00" in value for key, value in query.items()):
+        raise HttpError(400, "NUL in the request target")
+    request = Request(method, target, path, query, headers, client, version, raw_head=head + b"\r\n\r\n")
+    request.content_length = _content_length(request)
+    return request
+
+
+def _content_length(request: Request) -> int:
+    if request.header("transfer-encoding") is not None:
+        raise HttpError(411, "chunked request bodies are not accepted; send Content-Length")
+    values = [value for key, value in request.headers if key == "content-length"]
+    if not values:
+        return 0
+    if len(set(values)) != 1 or not values[0].isdigit():
+        raise HttpError(400, "malformed Content-Length")
+    length = int(values[0])
+    if length > MAX_BODY_BYTES:
+        raise HttpError(413, f"the body is larger than {MAX_BODY_BYTES // (1024 * 1024)} MB")
+    return length
+
+
+def wants_close(request: Request) -> bool:
+    connection = (request.header("connection") or "").lower()
+    if request.version == "HTTP/1.0":
+        return "keep-alive" not in connection
+    return "close" in connection
+
+
+def encode_response(response: Response, head_only: bool, close: bool) -> bytes:
+    """Serialize a response, adding the security headers that every answer carries."""
+    reason = HTTPStatus(response.status).phrase if response.status in HTTPStatus._value2member_map_ else ""
+    lines = [f"HTTP/1.1 {response.status} {reason}"]
+    names = {name.lower() for name, _ in response.headers}
+    lines.extend(f"{name}: {value}" for name, value in response.headers)
+    if response.content_type and "content-type" not in names:
+        lines.append(f"Content-Type: {response.content_type}")
+    if "cache-control" not in names:
+        lines.append("Cache-Control: no-store")
+    lines.extend(f"{name}: {value}" for name, value in SECURITY_HEADERS)
+    lines.append(f"Date: {formatdate(usegmt=True)}")
+    lines.append(f"Content-Length: {len(response.body)}")
+    lines.append("Connection: close" if close else "Connection: keep-alive")
+    head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    return head if head_only else head + response.body
+
+
+class HttpServer:
+    """Serves connections with `handler(request) -> Response | None` (None: taken over)."""
+
+    def __init__(self, handler, head_timeout: float, body_timeout: float, idle_timeout: float):
+        self.handler = handler
+        self.head_timeout = head_timeout
+        self.body_timeout = body_timeout
+        self.idle_timeout = idle_timeout
+        self.server: asyncio.base_events.Server | None = None
+        self._tasks: set[asyncio.Task] = set()
+
+    async def start(self, host: str, port: int) -> None:
+        self.server = await asyncio.start_server(self._accept, host, port, limit=MAX_HEAD_BYTES * 2)
+
+    @property
+    def port(self) -> int:
+        return self.server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            self.server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.server is not None:
+            await self.server.wait_closed()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        self._tasks.add(task)
+        try:
+            taken = await self._serve(reader, writer)
+        except (ConnectionError, asyncio.CancelledError):
+            taken = False
+        except Exception:  # a bug: log it, never show it to the client
+            log.exception("connection failed")
+            taken = False
+        finally:
+            self._tasks.discard(task)
+        if not taken:
+            writer.close()
+            try:
+                await writer.wait_closed()
+            except (ConnectionError, asyncio.CancelledError):
+                pass
+
+    async def _serve(self, reader, writer) -> bool:
+        peer = writer.get_extra_info("peername")
+        client = peer[0] if peer else ""
+        connection = _Connection(reader, writer, self.head_timeout, self.body_timeout, self.idle_timeout)
+        while True:
+            request = None
+            try:
+                head = await connection.read_head()
+                if head is None:
+                    return False
+                request = parse_head(head, client)
+                request._connection = connection
+                response = await self._answer(request)
+            except HttpError as exc:
+                writer.write(encode_response(plain_error(exc.status, exc.reason), False, True))
+                await writer.drain()
+                return False
+            if response is None:
+                return True
+            close = response.close or wants_close(request) or not request.body_consumed
+            writer.write(encode_response(response, request.method == "HEAD", close))
+            await writer.drain()
+            if close:
+                return False
+
+    async def _answer(self, request: Request) -> Response | None:
+        try:
+            return await self.handler(request)
+        except HttpError:
+            raise
+        except ApiError as exc:
+            return error_response(exc)
+        except Exception:
+            log.exception("%s %s failed", request.method, request.path)
+            return plain_error(500, "internal error; see the server log")
+
+
+def resolve_static(root: str, path: str) -> str | None:
+    """The file under `root` that a URL path names, or None when it is not one.
+
+    Refuses `..` segments, backslashes, hidden names and anything that resolves (symlinks
+    included) outside `root`.
+    """
+    relative = path.lstrip("/")
+    segments = relative.split("/")
+    if any(seg in ("", ".", "..") or seg.startswith(".") or "\\" in seg for seg in segments):
+        return None
+    real_root = os.path.realpath(root)
+    candidate = os.path.realpath(os.path.join(real_root, *segments))
+    if os.path.commonpath([real_root, candidate]) != real_root or not os.path.isfile(candidate):
+        return None
+    return candidate
+
+
+async def static_response(root: str, path: str) -> Response | None:
+    """A static file as a response, or None when there is no such file."""
+    file_path = await asyncio.to_thread(resolve_static, root, path)
+    if file_path is None:
+        return None
+    body = await asyncio.to_thread(_read_file, file_path)
+    ext = os.path.splitext(file_path)[1].lower()
+    content_type = STATIC_TYPES.get(ext) or mimetypes.guess_type(file_path)[0] or "application/octet-stream"
+    return Response(200, body, content_type, [("Cache-Control", "no-cache")])
+
+
+def _read_file(path: str) -> bytes:
+    with open(path, "rb") as handle:
+        return handle.read()

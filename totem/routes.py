@@ -1,0 +1,83 @@
+"""Which URL goes where, with the perimeter first.
+
+Every request passes the Host rule and the Origin rule before anything else, then goes to the
+WebSocket, an API action, an attachment, or a page or static file. Authentication is required
+everywhere except the login page, the sign-in actions and static assets.
+"""
+
+from __future__ import annotations
+
+from .api import account, build_table, call_action, folders, projects, sessions
+from .errors import Forbidden, MethodNotAllowed, NotFound
+from .httpd import SECURITY_HEADERS, Response, static_response
+
+PUBLIC_ACTIONS = frozenset(("/api/login", "/api/logout"))
+WEBSOCKET_PATHS = frozenset(("/ws", "/ws/"))
+APP_PAGES = {"/": "/index.html", "/index.html": "/index.html"}
+LOGIN_PAGES = {"/login": "/login.html", "/login.html": "/login.html"}
+PAGE_METHODS = ("GET", "HEAD")
+
+
+def action_table() -> dict:
+    return build_table(account, projects, folders, sessions)
+
+
+def redirect(location: str) -> Response:
+    return Response(302, headers=[("Location", location)])
+
+
+class Router:
+    """Routes requests of one app; `handle` is the HttpServer handler."""
+
+    def __init__(self, app, static_dir: str):
+        self.app = app
+        self.static_dir = static_dir
+        self.actions = action_table()
+
+    async def handle(self, request) -> Response | None:
+        perimeter = self.app.perimeter
+        perimeter.check_host(request)
+        perimeter.check_origin(request)
+        path = request.path
+        if path in WEBSOCKET_PATHS:
+            return await self._websocket(request)
+        if path.startswith("/api/"):
+            if request.method != "OPTIONS" and path.rstrip("/") not in PUBLIC_ACTIONS:
+                await perimeter.authenticate(request)
+            return await call_action(self.app, self.actions, request)
+        if path.startswith("/attachments/"):
+            await perimeter.authenticate(request)
+            raise NotFound(("id", "no such attachment"))
+        return await self._page(request)
+
+    async def _websocket(self, request) -> Response | None:
+        perimeter = self.app.perimeter
+        if request.method != "GET" or (request.header("upgrade") or "").lower() != "websocket":
+            raise NotFound(("path", "/ws/ is a WebSocket endpoint"))
+        if not perimeter.same_origin(request):
+            raise Forbidden(("origin", "WebSocket connections from another origin are refused"))
+        await perimeter.authenticate(request)
+        reader, writer, leftover = request.detach()
+        await self.app.hub.serve(request, reader, writer, leftover, SECURITY_HEADERS)
+        return None
+
+    async def _page(self, request) -> Response:
+        path = request.path
+        if request.method == "OPTIONS":
+            return Response(204, headers=[("Allow", "GET, HEAD, OPTIONS")])
+        if request.method not in PAGE_METHODS:
+            raise MethodNotAllowed(("method", "pages answer GET and HEAD"), headers={"Allow": "GET, HEAD, OPTIONS"})
+        token_set = bool(self.app.config.token)
+        if path in APP_PAGES:
+            if token_set and not await self.app.perimeter.is_authenticated(request):
+                return redirect("/login")
+            path = APP_PAGES[path]
+        elif path in LOGIN_PAGES:
+            if not token_set:
+                return redirect("/")
+            path = LOGIN_PAGES[path]
+        response = await static_response(self.static_dir, path)
+        if response is None:
+            raise NotFound(("path", "no such page"))
+        return response
+

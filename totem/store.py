@@ -1,0 +1,492 @@
+"""The sqlite database: schema, migrations and every query.
+
+Owns the one sqlite file in the data folder (WAL mode, foreign keys on, removal cascading).
+Writes go to one writer thread fed by a queue, each batch inside `BEGIN IMMEDIATE`; reads run
+on a small pool of threads with one connection each. Results come back to the event loop as
+futures, so nothing here blocks the loop. Nothing outside this module writes SQL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import queue
+import secrets
+import sqlite3
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+DATABASE_FILE = "totem.db"
+READ_THREADS = 2
+MAX_WRITE_BATCH = 256
+BUSY_TIMEOUT_MS = 10_000
+ID_ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+# Each entry moves the schema one version up; never edit one that has shipped.
+MIGRATIONS = (
+    """
+    CREATE TABLE projects (
+        id TEXT PRIMARY KEY,
+        path TEXT NOT NULL UNIQUE,
+        name TEXT NOT NULL,
+        created INTEGER NOT NULL,
+        opened INTEGER NOT NULL
+    );
+    CREATE TABLE sessions (
+        id TEXT PRIMARY KEY,
+        projectid TEXT NOT NULL REFERENCES projects(id) ON DELETE CASCADE,
+        name TEXT NOT NULL,
+        status TEXT NOT NULL DEFAULT 'idle',
+        mode TEXT NOT NULL DEFAULT 'build',
+        autoaccept INTEGER NOT NULL DEFAULT 0,
+        model TEXT,
+        worktree TEXT,
+        created INTEGER NOT NULL,
+        updated INTEGER NOT NULL
+    );
+    CREATE INDEX sessions_by_project ON sessions(projectid, updated);
+    CREATE TABLE messages (
+        id TEXT PRIMARY KEY,
+        sessionid TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        role TEXT NOT NULL,
+        model TEXT,
+        usage TEXT,
+        data TEXT NOT NULL DEFAULT '{}',
+        created INTEGER NOT NULL,
+        finished INTEGER
+    );
+    CREATE INDEX messages_by_session ON messages(sessionid, id);
+    CREATE TABLE parts (
+        id TEXT PRIMARY KEY,
+        messageid TEXT NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+        sessionid TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        kind TEXT NOT NULL,
+        status TEXT NOT NULL,
+        text TEXT NOT NULL DEFAULT '',
+        data TEXT NOT NULL DEFAULT '{}',
+        created INTEGER NOT NULL,
+        updated INTEGER NOT NULL,
+        closed INTEGER
+    );
+    CREATE INDEX parts_by_message ON parts(messageid, id);
+    CREATE INDEX parts_open ON parts(closed) WHERE closed IS NULL;
+    CREATE TABLE rules (
+        id TEXT PRIMARY KEY,
+        projectid TEXT REFERENCES projects(id) ON DELETE CASCADE,
+        tool TEXT NOT NULL,
+        pattern TEXT NOT NULL,
+        action TEXT NOT NULL,
+        created INTEGER NOT NULL
+    );
+    CREATE TABLE providers (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        url TEXT NOT NULL,
+        secret BLOB,
+        data TEXT NOT NULL DEFAULT '{}',
+        created INTEGER NOT NULL,
+        updated INTEGER NOT NULL
+    );
+    CREATE TABLE settings (
+        projectid TEXT REFERENCES projects(id) ON DELETE CASCADE,
+        sessionid TEXT REFERENCES sessions(id) ON DELETE CASCADE,
+        key TEXT NOT NULL,
+        value TEXT NOT NULL
+    );
+    CREATE UNIQUE INDEX settings_scope ON settings(ifnull(projectid, ''), ifnull(sessionid, ''), key);
+    CREATE TABLE schedules (
+        id TEXT PRIMARY KEY,
+        projectid TEXT NOT NULL REFERENCES projects(id) ON DELETE CASCADE,
+        data TEXT NOT NULL DEFAULT '{}',
+        created INTEGER NOT NULL,
+        updated INTEGER NOT NULL
+    );
+    CREATE TABLE attachments (
+        id TEXT PRIMARY KEY,
+        sessionid TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        messageid TEXT REFERENCES messages(id) ON DELETE CASCADE,
+        name TEXT NOT NULL,
+        mime TEXT NOT NULL,
+        size INTEGER NOT NULL,
+        data BLOB NOT NULL,
+        created INTEGER NOT NULL
+    );
+    CREATE TABLE snapshots (
+        id TEXT PRIMARY KEY,
+        sessionid TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        messageid TEXT REFERENCES messages(id) ON DELETE CASCADE,
+        path TEXT NOT NULL,
+        before BLOB,
+        after BLOB,
+        created INTEGER NOT NULL
+    );
+    CREATE TABLE todos (
+        sessionid TEXT PRIMARY KEY REFERENCES sessions(id) ON DELETE CASCADE,
+        items TEXT NOT NULL DEFAULT '[]',
+        updated INTEGER NOT NULL
+    );
+    CREATE TABLE logins (
+        hash TEXT PRIMARY KEY,
+        created INTEGER NOT NULL
+    );
+    """,
+)
+
+
+def now_ms() -> int:
+    """Milliseconds since the epoch: the one time format of the API and the database."""
+    return time.time_ns() // 1_000_000
+
+
+def _base36(value: int, width: int) -> str:
+    digits = []
+    for _ in range(width):
+        value, rest = divmod(value, 36)
+        digits.append(ID_ALPHABET[rest])
+    return "".join(reversed(digits))
+
+
+class IdMaker:
+    """Short ids that sort by creation time, also within one millisecond."""
+
+    def __init__(self):
+        self._last = 0
+        self._sequence = 0
+        self._lock = threading.Lock()
+
+    def new(self) -> str:
+        with self._lock:
+            ms = now_ms()
+            if ms <= self._last:
+                self._sequence += 1
+                ms = self._last
+            else:
+                self._last, self._sequence = ms, 0
+            sequence = self._sequence
+        random_part = "".join(secrets.choice(ID_ALPHABET) for _ in range(4))
+        return _base36(ms, 9) + _base36(sequence, 3) + random_part
+
+
+def connect(path: str) -> sqlite3.Connection:
+    """A connection with the pragmas that every connection of Totem uses."""
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000)
+    conn.row_factory = sqlite3.Row
+    conn.execute("PRAGMA foreign_keys = ON")
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    return conn
+
+
+def migrate(conn: sqlite3.Connection) -> int:
+    """Bring the schema to the newest version; returns it. Raises RuntimeError for a newer file."""
+    conn.execute("PRAGMA journal_mode = WAL")
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version > len(MIGRATIONS):
+        raise RuntimeError(f"the database is of a newer Totem (schema {version}); update Totem")
+    for number in range(version, len(MIGRATIONS)):
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in MIGRATIONS[number].split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {number + 1}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    return len(MIGRATIONS)
+
+
+def _recover_after_crash(conn: sqlite3.Connection) -> None:
+    # A run that was streaming when the process died left parts open and its session running.
+    stamp = now_ms()
+    conn.execute("UPDATE parts SET status = 'error', closed = ?, updated = ? WHERE closed IS NULL",
+                 (stamp, stamp))
+    conn.execute("UPDATE messages SET finished = ? WHERE finished IS NULL", (stamp,))
+    conn.execute("UPDATE sessions SET status = 'idle' WHERE status = 'running'")
+
+
+def _rows(cursor) -> list[dict]:
+    return [dict(row) for row in cursor.fetchall()]
+
+
+def _row(cursor) -> dict | None:
+    row = cursor.fetchone()
+    return dict(row) if row is not None else None
+
+
+class Store:
+    """The database of one Totem process."""
+
+    def __init__(self, data_dir: str):
+        self.path = os.path.join(data_dir, DATABASE_FILE)
+        self.ids = IdMaker()
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._writer: threading.Thread | None = None
+        self._local = threading.local()
+        self._readers = ThreadPoolExecutor(READ_THREADS, thread_name_prefix="totem-read")
+        self._reader_conns: list[sqlite3.Connection] = []
+        self._reader_lock = threading.Lock()
+
+    # -- life cycle ---------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Create or migrate the database and start the writer. Raises RuntimeError, sqlite3.Error."""
+        await asyncio.to_thread(self._open_sync)
+
+    def _open_sync(self) -> None:
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        conn = connect(self.path)
+        migrate(conn)
+        conn.execute("BEGIN IMMEDIATE")
+        _recover_after_crash(conn)
+        conn.execute("COMMIT")
+        self._writer = threading.Thread(target=self._write_loop, args=(conn,), name="totem-write", daemon=True)
+        self._writer.start()
+
+    async def close(self) -> None:
+        if self._writer is not None:
+            self._jobs.put(None)
+            await asyncio.to_thread(self._writer.join)
+            self._writer = None
+        await asyncio.to_thread(self._readers.shutdown, True)
+        with self._reader_lock:
+            for conn in self._reader_conns:
+                conn.close()
+            self._reader_conns.clear()
+
+    # -- the two doors: read and write --------------------------------------------------------
+
+    async def read(self, fn, *args):
+        """Run fn(conn, *args) on a reader thread and return its result."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._readers, self._read_sync, fn, args)
+
+    def _read_sync(self, fn, args):
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = connect(self.path)
+            self._local.conn = conn
+            with self._reader_lock:
+                self._reader_conns.append(conn)
+        return fn(conn, *args)
+
+    async def write(self, fn, *args):
+        """Run fn(conn, *args) in the writer's transaction and return its result.
+
+        Raises what fn raised (its changes are rolled back) or sqlite3.Error from the commit.
+        """
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._jobs.put((fn, args, loop, future))
+        return await future
+
+    def _write_loop(self, conn: sqlite3.Connection) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                break
+            batch = [job]
+            stop = False
+            while len(batch) < MAX_WRITE_BATCH:
+                try:
+                    more = self._jobs.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    stop = True
+                    break
+                batch.append(more)
+            self._run_batch(conn, batch)
+            if stop:
+                break
+        conn.close()
+
+    def _run_batch(self, conn: sqlite3.Connection, batch) -> None:
+        results = []
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for fn, args, _loop, _future in batch:
+                conn.execute("SAVEPOINT job")
+                try:
+                    results.append((True, fn(conn, *args)))
+                    conn.execute("RELEASE job")
+                except Exception as exc:  # handed to the caller; the batch goes on
+                    conn.execute("ROLLBACK TO job")
+                    conn.execute("RELEASE job")
+                    results.append((False, exc))
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            results = [(False, exc)] * len(batch)
+        for (ok, value), (_fn, _args, loop, future) in zip(results, batch):
+            loop.call_soon_threadsafe(_settle, future, ok, value)
+
+    # -- projects -----------------------------------------------------------------------------
+
+    async def list_projects(self) -> list[dict]:
+        return await self.read(lambda c: _rows(c.execute(
+            "SELECT * FROM projects ORDER BY opened DESC, id")))
+
+    async def get_project(self, projectid: str) -> dict | None:
+        return await self.read(lambda c: _row(c.execute("SELECT * FROM projects WHERE id = ?", (projectid,))))
+
+    async def open_project(self, path: str, name: str) -> tuple[dict, bool]:
+        """The project of a folder, created if new; returns (project, created)."""
+        newid = self.ids.new()
+
+        def run(c):
+            stamp = now_ms()
+            existing = _row(c.execute("SELECT * FROM projects WHERE path = ?", (path,)))
+            if existing is not None:
+                c.execute("UPDATE projects SET opened = ? WHERE id = ?", (stamp, existing["id"]))
+                existing["opened"] = stamp
+                return existing, False
+            c.execute("INSERT INTO projects (id, path, name, created, opened) VALUES (?, ?, ?, ?, ?)",
+                      (newid, path, name, stamp, stamp))
+            return _row(c.execute("SELECT * FROM projects WHERE id = ?", (newid,))), True
+        return await self.write(run)
+
+    async def remove_project(self, projectid: str) -> bool:
+        return await self.write(lambda c: c.execute(
+            "DELETE FROM projects WHERE id = ?", (projectid,)).rowcount > 0)
+
+    # -- sessions -----------------------------------------------------------------------------
+
+    async def list_sessions(self, projectid: str) -> list[dict]:
+        return await self.read(lambda c: _rows(c.execute(
+            "SELECT * FROM sessions WHERE projectid = ? ORDER BY updated DESC, id DESC", (projectid,))))
+
+    async def get_session(self, sessionid: str) -> dict | None:
+        return await self.read(lambda c: _row(c.execute("SELECT * FROM sessions WHERE id = ?", (sessionid,))))
+
+    async def create_session(self, projectid: str, name: str) -> dict | None:
+        """A new idle session, or None when the project is gone."""
+        newid = self.ids.new()
+
+        def run(c):
+            if c.execute("SELECT 1 FROM projects WHERE id = ?", (projectid,)).fetchone() is None:
+                return None
+            stamp = now_ms()
+            c.execute("INSERT INTO sessions (id, projectid, name, created, updated) VALUES (?, ?, ?, ?, ?)",
+                      (newid, projectid, name, stamp, stamp))
+            return _row(c.execute("SELECT * FROM sessions WHERE id = ?", (newid,)))
+        return await self.write(run)
+
+    async def rename_session(self, sessionid: str, name: str) -> dict | None:
+        def run(c):
+            c.execute("UPDATE sessions SET name = ?, updated = ? WHERE id = ?", (name, now_ms(), sessionid))
+            return _row(c.execute("SELECT * FROM sessions WHERE id = ?", (sessionid,)))
+        return await self.write(run)
+
+    async def set_session_status(self, sessionid: str, status: str) -> dict | None:
+        def run(c):
+            c.execute("UPDATE sessions SET status = ?, updated = ? WHERE id = ?", (status, now_ms(), sessionid))
+            return _row(c.execute("SELECT * FROM sessions WHERE id = ?", (sessionid,)))
+        return await self.write(run)
+
+    async def remove_session(self, sessionid: str) -> bool:
+        return await self.write(lambda c: c.execute(
+            "DELETE FROM sessions WHERE id = ?", (sessionid,)).rowcount > 0)
+
+    # -- messages and parts -------------------------------------------------------------------
+
+    async def list_messages(self, sessionid: str, before: str | None, limit: int) -> tuple[list[dict], bool]:
+        """The newest `limit` messages older than `before`, oldest first, with their parts."""
+        def run(c):
+            if before:
+                rows = _rows(c.execute(
+                    "SELECT * FROM messages WHERE sessionid = ? AND id < ? ORDER BY id DESC LIMIT ?",
+                    (sessionid, before, limit + 1)))
+            else:
+                rows = _rows(c.execute(
+                    "SELECT * FROM messages WHERE sessionid = ? ORDER BY id DESC LIMIT ?",
+                    (sessionid, limit + 1)))
+            more = len(rows) > limit
+            rows = list(reversed(rows[:limit]))
+            if rows:
+                marks = ",".join("?" * len(rows))
+                parts = _rows(c.execute(
+                    f"SELECT * FROM parts WHERE messageid IN ({marks}) ORDER BY id", [r["id"] for r in rows]))
+            else:
+                parts = []
+            by_message: dict[str, list] = {r["id"]: [] for r in rows}
+            for part in parts:
+                by_message[part["messageid"]].append(_decode_part(part))
+            messages = []
+            for row in rows:
+                message = _decode_message(row)
+                message["parts"] = by_message[row["id"]]
+                messages.append(message)
+            return messages, more
+        return await self.read(run)
+
+    async def add_message(self, sessionid: str, role: str, model: str | None = None, data: dict | None = None) -> dict:
+        newid = self.ids.new()
+
+        def run(c):
+            c.execute("INSERT INTO messages (id, sessionid, role, model, data, created) VALUES (?, ?, ?, ?, ?, ?)",
+                      (newid, sessionid, role, model, json.dumps(data or {}), now_ms()))
+            return _decode_message(_row(c.execute("SELECT * FROM messages WHERE id = ?", (newid,))))
+        return await self.write(run)
+
+    async def add_part(self, messageid: str, sessionid: str, kind: str, status: str,
+                       text: str = "", data: dict | None = None, closed: bool = False) -> dict:
+        newid = self.ids.new()
+
+        def run(c):
+            stamp = now_ms()
+            c.execute("INSERT INTO parts (id, messageid, sessionid, kind, status, text, data, created, updated, closed)"
+                      " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                      (newid, messageid, sessionid, kind, status, text, json.dumps(data or {}), stamp, stamp,
+                       stamp if closed else None))
+            return _decode_part(_row(c.execute("SELECT * FROM parts WHERE id = ?", (newid,))))
+        return await self.write(run)
+
+    # -- logins -------------------------------------------------------------------------------
+
+    async def add_login(self, digest: str) -> None:
+        await self.write(lambda c: c.execute(
+            "INSERT OR REPLACE INTO logins (hash, created) VALUES (?, ?)", (digest, now_ms())))
+
+    async def has_login(self, digest: str) -> bool:
+        return await self.read(lambda c: c.execute(
+            "SELECT 1 FROM logins WHERE hash = ?", (digest,)).fetchone() is not None)
+
+    async def remove_login(self, digest: str) -> None:
+        await self.write(lambda c: c.execute("DELETE FROM logins WHERE hash = ?", (digest,)))
+
+    # -- counts, for tests of cascading removal and for the account ------------------------
+
+    async def count_rows(self, table: str, column: str, value: str) -> int:
+        if table not in {"sessions", "messages", "parts", "rules", "settings", "schedules",
+                         "attachments", "snapshots", "todos"}:
+            raise ValueError(f"unknown table {table}")
+        if column not in {"projectid", "sessionid", "messageid"}:
+            raise ValueError(f"unknown column {column}")
+        return await self.read(lambda c: c.execute(
+            f"SELECT count(*) FROM {table} WHERE {column} = ?", (value,)).fetchone()[0])
+
+
+def _settle(future: asyncio.Future, ok: bool, value) -> None:
+    if future.cancelled():
+        return
+    if ok:
+        future.set_result(value)
+    else:
+        future.set_exception(value)
+
+
+def _decode_message(row: dict) -> dict:
+    row["usage"] = json.loads(row["usage"]) if row.get("usage") else None
+    row["data"] = json.loads(row["data"]) if row.get("data") else {}
+    return row
+
+
+def _decode_part(row: dict) -> dict:
+    row["data"] = json.loads(row["data"]) if row.get("data") else {}
+    return row
