@@ -1,0 +1,300 @@
+"""The event protocol: wire shapes, client messages, and the WebSocket hub on a real socket."""
+
+import asyncio
+import base64
+import json
+import os
+import re
+import struct
+import unittest
+
+from websockets.exceptions import ConnectionClosed
+
+from totem import events
+from totem.events import (EVENT_TYPES, DiffUpdated, PartDelta, PermissionAsk, PermissionReplied, ProtocolError,
+                          QuestionAsk, QuestionReplied, SessionStatus, Subscribe, Unsubscribe,
+                          parse_client_message)
+from tests.utils import MS, TotemCase, next_event, open_ws
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class WireTest(unittest.TestCase):
+    def test_event_to_wire_shape(self):
+        """Every event is {type, sessionid, ts, data}."""
+        wire = PartDelta("s1", "p1", "hi").to_wire(123)
+        self.assertEqual(wire, {"type": "part.delta", "sessionid": "s1", "ts": 123,
+                                "data": {"partid": "p1", "text": "hi"}})
+
+    def test_diff_updated_one_or_many(self):
+        """diff.updated carries {path} or {paths}."""
+        self.assertEqual(DiffUpdated("s", path="a").to_wire(1)["data"], {"path": "a"})
+        self.assertEqual(DiffUpdated("s", paths=["a", "b"]).to_wire(1)["data"], {"paths": ["a", "b"]})
+
+    def test_event_types_match_protocol(self):
+        """The declared types are exactly those of the protocol text."""
+        self.assertEqual(set(EVENT_TYPES), {
+            "session.status", "session.updated", "message.created", "part.created", "part.delta",
+            "part.updated", "part.closed", "permission.ask", "permission.replied", "question.ask",
+            "todo.updated", "terminal.output", "terminal.exit", "diff.updated", "question.replied", "error"})
+
+    def test_parse_client_message_valid(self):
+        """subscribe and unsubscribe parse into their messages."""
+        self.assertEqual(parse_client_message('{"type":"subscribe","sessionid":"a"}'), Subscribe("a"))
+        self.assertEqual(parse_client_message('{"type":"unsubscribe","sessionid":"a"}'), Unsubscribe("a"))
+
+    def test_parse_client_message_invalid(self):
+        """Anything else raises ProtocolError."""
+        for text in ("", "nope", "[]", "1", '{"type":"subscribe"}', '{"type":"publish","sessionid":"a"}',
+                     '{"type":"subscribe","sessionid":5}', '{"type":"subscribe","sessionid":""}',
+                     '{"type":"subscribe","sessionid":"' + "x" * 65 + '"}',
+                     '{"type":"subscribe","sessionid":"a","extra":1}', "[" * 100000):
+            with self.assertRaises(ProtocolError, msg=text[:40]):
+                parse_client_message(text)
+
+
+class DocsAgreeTest(unittest.TestCase):
+    def test_events_py_js_readme_agree(self):
+        """events.py, static/events.js and the README's table name the same event types."""
+        with open(os.path.join(ROOT, "static", "events.js")) as handle:
+            js = handle.read()
+        js_events = set(re.findall(r"[A-Z_]+: '([a-z.]+)'", js.split("export const CLIENT")[0]))
+        js_client = set(re.findall(r"[A-Z_]+: '([a-z.]+)'", js.split("export const CLIENT")[1]))
+        with open(os.path.join(ROOT, "README.md")) as handle:
+            readme = handle.read()
+        section = readme.split("## Events")[1].split("\n## ")[0]
+        readme_events = set(re.findall(r"^\| `([a-z.]+)` \|", section, re.M))
+        self.assertEqual(js_events, set(EVENT_TYPES))
+        self.assertEqual(readme_events, set(EVENT_TYPES))
+        self.assertEqual(js_client, set(events.CLIENT_TYPES))
+
+
+async def subscribe(ws, sessionid):
+    await ws.send(json.dumps({"type": "subscribe", "sessionid": sessionid}))
+
+
+async def settle(app, sessionid, count=1):
+    """Wait until `count` connections are subscribed to a session (subscribing is async)."""
+    for _ in range(200):
+        if sum(sessionid in c.subscriptions for c in app.hub._connections) >= count:
+            return
+        await asyncio.sleep(5 * MS)
+    raise AssertionError("subscription did not arrive")
+
+
+class HubTest(TotemCase):
+    async def asyncSetUp(self):
+        await super().asyncSetUp()
+        project = await self.open_project()
+        self.session = await self.create_session(project["id"], "one")
+        self.other = await self.create_session(project["id"], "two")
+
+    async def test_subscribed_session_events_only(self):
+        """A client gets part events of the sessions it subscribed to, not of others."""
+        async with await open_ws(self.app) as ws:
+            await subscribe(ws, self.session["id"])
+            await settle(self.app, self.session["id"])
+            self.app.hub.publish(PartDelta(self.other["id"], "p0", "not mine"))
+            self.app.hub.publish(PartDelta(self.session["id"], "p1", "mine"))
+            event = await next_event(ws)
+            self.assertEqual(event["type"], "part.delta")
+            self.assertEqual(event["sessionid"], self.session["id"])
+            self.assertEqual(event["data"], {"partid": "p1", "text": "mine"})
+            self.assertIsInstance(event["ts"], int)
+
+    async def test_session_status_to_everyone(self):
+        """session.status reaches clients that did not subscribe (session lists)."""
+        async with await open_ws(self.app) as ws:
+            await asyncio.sleep(20 * MS)
+            self.app.hub.publish(SessionStatus(self.other["id"], "running"))
+            event = await next_event(ws)
+            self.assertEqual((event["type"], event["data"]), ("session.status", {"status": "running"}))
+
+    async def test_unsubscribe_stops_events(self):
+        """After unsubscribe the session's events no longer arrive."""
+        async with await open_ws(self.app) as ws:
+            await subscribe(ws, self.session["id"])
+            await settle(self.app, self.session["id"])
+            await ws.send(json.dumps({"type": "unsubscribe", "sessionid": self.session["id"]}))
+            for _ in range(100):
+                if not any(self.session["id"] in c.subscriptions for c in self.app.hub._connections):
+                    break
+                await asyncio.sleep(5 * MS)
+            self.app.hub.publish(PartDelta(self.session["id"], "p", "hidden"))
+            self.app.hub.publish(SessionStatus(self.session["id"], "idle"))
+            event = await next_event(ws)
+            self.assertEqual(event["type"], "session.status")
+
+    async def test_events_in_order(self):
+        """Many events of one session arrive in publishing order, to two clients alike."""
+        async with await open_ws(self.app) as one, await open_ws(self.app) as two:
+            await subscribe(one, self.session["id"])
+            await subscribe(two, self.session["id"])
+            await settle(self.app, self.session["id"], 2)
+            for index in range(2000):
+                self.app.hub.publish(PartDelta(self.session["id"], "p", str(index)))
+                if index % 100 == 0:
+                    await asyncio.sleep(0)
+            for ws in (one, two):
+                texts = [(await next_event(ws))["data"]["text"] for _ in range(2000)]
+                self.assertEqual(texts, [str(i) for i in range(2000)])
+
+    async def test_pending_questions_resent_on_subscribe(self):
+        """A client that subscribes late gets the waiting questions, answered ones not."""
+        sid = self.session["id"]
+        self.app.hub.publish(PermissionAsk(sid, "ask1", "bash", {"command": "ls"}, ["ls *"]))
+        self.app.hub.publish(QuestionAsk(sid, "q1", "Which?", ["a", "b"]))
+        self.app.hub.publish(PermissionAsk(sid, "ask2", "write", {"path": "a"}, ["a"]))
+        self.app.hub.publish(PermissionReplied(sid, "ask2", "once"))
+        async with await open_ws(self.app) as ws:
+            await subscribe(ws, sid)
+            first, second = await next_event(ws), await next_event(ws)
+            self.assertEqual((first["type"], first["data"]["id"]), ("permission.ask", "ask1"))
+            self.assertEqual(first["data"]["patterns"], ["ls *"])
+            self.assertEqual((second["type"], second["data"]["id"]), ("question.ask", "q1"))
+        self.app.hub.publish(QuestionReplied(sid, "q1"))
+        self.app.hub.publish(PermissionReplied(sid, "ask1", "reject"))
+        self.assertEqual(self.app.hub.pending(sid), [])
+
+    async def test_unknown_session_subscribe_error(self):
+        """Subscribing to an unknown session answers an error event and subscribes nothing."""
+        async with await open_ws(self.app) as ws:
+            await subscribe(ws, "nope")
+            event = await next_event(ws)
+            self.assertEqual(event["type"], "error")
+            self.assertEqual(event["data"], {"message": "no session nope", "retry": False})
+
+    async def test_removed_session_drops_subscription(self):
+        """Removing a session unsubscribes its clients and forgets its questions."""
+        from tests.utils import call
+        sid = self.session["id"]
+        self.app.hub.publish(PermissionAsk(sid, "ask1", "bash", {}, []))
+        async with await open_ws(self.app) as ws:
+            await subscribe(ws, sid)
+            self.assertEqual((await next_event(ws))["type"], "permission.ask")
+            await call(self.app, "sessions_remove", ident=sid, method="POST")
+            event = await next_event(ws)
+            self.assertEqual(event["type"], "session.updated")
+            self.assertTrue(event["data"]["session"]["removed"])
+            self.assertEqual(self.app.hub.pending(sid), [])
+            self.assertFalse(any(sid in c.subscriptions for c in self.app.hub._connections))
+
+    async def test_bad_json_closes_1008(self):
+        """A malformed message closes the connection with 1008."""
+        async with await open_ws(self.app) as ws:
+            await ws.send("not json")
+            with self.assertRaises(ConnectionClosed):
+                await next_event(ws)
+            self.assertEqual(ws.close_code, 1008)
+
+    async def test_binary_closes_1003(self):
+        """A binary message closes the connection with 1003."""
+        async with await open_ws(self.app) as ws:
+            await ws.send(b"\x00\x01")
+            with self.assertRaises(ConnectionClosed):
+                await next_event(ws)
+            self.assertEqual(ws.close_code, 1003)
+
+    async def test_oversized_closes_1009(self):
+        """A message over 64 KB closes the connection with 1009."""
+        async with await open_ws(self.app) as ws:
+            await ws.send("x" * (70 * 1024))
+            with self.assertRaises(ConnectionClosed):
+                await next_event(ws)
+            self.assertEqual(ws.close_code, 1009)
+
+    async def test_fragmented_message_assembled(self):
+        """A subscribe sent in fragments is understood."""
+        async with await open_ws(self.app) as ws:
+            text = json.dumps({"type": "subscribe", "sessionid": self.session["id"]})
+            await ws.send(iter([text[:10], text[10:20], text[20:]]))
+            await settle(self.app, self.session["id"])
+            self.app.hub.publish(PartDelta(self.session["id"], "p", "x"))
+            self.assertEqual((await next_event(ws))["type"], "part.delta")
+
+    async def test_connection_count_drops_after_close(self):
+        """A closed client is removed from the hub."""
+        async with await open_ws(self.app):
+            await asyncio.sleep(20 * MS)
+            self.assertEqual(self.app.hub.connection_count, 1)
+        for _ in range(100):
+            if self.app.hub.connection_count == 0:
+                break
+            await asyncio.sleep(5 * MS)
+        self.assertEqual(self.app.hub.connection_count, 0)
+
+
+class SlowClientTest(TotemCase):
+    settings = {"wsqueue": 16}
+
+    async def test_slow_client_closed_1013(self):
+        """A client that falls more than wsqueue events behind is closed with 1013."""
+        project = await self.open_project()
+        session = await self.create_session(project["id"])
+        async with await open_ws(self.app) as ws:
+            await subscribe(ws, session["id"])
+            await settle(self.app, session["id"])
+            for index in range(100):  # no await: the sender cannot run in between
+                self.app.hub.publish(PartDelta(session["id"], "p", str(index)))
+            with self.assertRaises(ConnectionClosed):
+                while True:
+                    await next_event(ws)
+            self.assertEqual(ws.close_code, 1013)
+
+
+def masked_frame(opcode: int, payload: bytes) -> bytes:
+    mask = os.urandom(4)
+    masked = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+    return bytes([0x80 | opcode, 0x80 | len(payload)]) + mask + masked
+
+
+class PingTest(TotemCase):
+    settings = {"wsping": 1}
+
+    async def raw_handshake(self):
+        reader, writer = await asyncio.open_connection("127.0.0.1", self.app.port)
+        key = base64.b64encode(os.urandom(16)).decode()
+        writer.write((f"GET /ws/ HTTP/1.1\r\nHost: 127.0.0.1:{self.app.port}\r\nUpgrade: websocket\r\n"
+                      f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+                      ).encode())
+        head = await reader.readuntil(b"\r\n\r\n")
+        self.assertTrue(head.startswith(b"HTTP/1.1 101"), head)
+        return reader, writer
+
+    async def test_ping_sent_and_silent_client_closed(self):
+        """The server pings; a client that never answers is closed after the interval."""
+        reader, writer = await self.raw_handshake()
+        try:
+            first = await asyncio.wait_for(reader.readexactly(2), 3000 * MS)
+            self.assertEqual(first[0] & 0x0F, 0x9)  # a ping
+            await reader.readexactly(first[1] & 0x7F)
+            rest = await asyncio.wait_for(reader.read(), 4000 * MS)
+            self.assertEqual(rest[0] & 0x0F, 0x8)  # then a close
+            self.assertEqual(struct.unpack("!H", rest[2:4])[0], 1011)
+        finally:
+            writer.close()
+            await writer.wait_closed()
+
+    async def test_answering_client_stays(self):
+        """A client that answers pings stays connected across several intervals."""
+        async with await open_ws(self.app) as ws:
+            await asyncio.sleep(2500 * MS)
+            self.assertEqual(self.app.hub.connection_count, 1)
+            await ws.ping()
+
+    async def test_frame_right_after_handshake(self):
+        """A frame sent together with the handshake is not lost."""
+        reader, writer = await asyncio.open_connection("127.0.0.1", self.app.port)
+        key = base64.b64encode(os.urandom(16)).decode()
+        frame = masked_frame(0x1, json.dumps({"type": "subscribe", "sessionid": "nope"}).encode())
+        writer.write((f"GET /ws/ HTTP/1.1\r\nHost: 127.0.0.1:{self.app.port}\r\nUpgrade: websocket\r\n"
+                      f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+                      ).encode() + frame)
+        try:
+            await reader.readuntil(b"\r\n\r\n")
+            header = await asyncio.wait_for(reader.readexactly(2), 2000 * MS)
+            body = await reader.readexactly(header[1] & 0x7F)
+            self.assertEqual(json.loads(body)["type"], "error")
+        finally:
+            writer.close()
+            await writer.wait_closed()
