@@ -13,12 +13,16 @@ import os
 import signal
 import sys
 
+from .agent.loop import Runs
+from .agent.providers import Providers
 from .auth import Perimeter
 from .config import Config, ConfigError, default_config_path, load_config
 from .events import Hub
 from .httpd import HttpServer
 from .routes import Router
 from .store import Store
+from .tools import default_registry
+from .vault import Vault
 
 STATIC_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "static")
 
@@ -31,8 +35,11 @@ class App:
     def __init__(self, config: Config, static_dir: str = STATIC_DIR):
         self.config = config
         self.store = Store(config.data)
+        self.vault = Vault.open(config)  # reads or creates <data>/secret.key; raises VaultError
+        self.providers = Providers(self.store, self.vault)
         self.hub = Hub(config.wsqueue, config.wsping, self._session_exists)
         self.perimeter = Perimeter(config, self.store)
+        self.runs = Runs(self.store, self.hub, self.providers, default_registry(), config.steps)
         self.router = Router(self, static_dir)
         self.http = HttpServer(self.router.handle, config.headtimeout, config.bodytimeout, config.keepalive)
 
@@ -60,6 +67,7 @@ class App:
         return f"http://{host}:{self.port}"
 
     async def stop(self) -> None:
+        await self.runs.stop_all()
         await self.hub.close_all()
         await self.http.stop()
         await self.store.close()

@@ -49,7 +49,8 @@ def split_host(value: str) -> tuple[str, int | None] | None:
         if ":" in port_text:
             return None
     if port_text:
-        if not port_text.isdigit() or int(port_text) > 65535:
+        # ASCII digits only: str.isdigit() also accepts '²', which int() refuses (a 500).
+        if not (port_text.isascii() and port_text.isdigit()) or len(port_text) > 5 or int(port_text) > 65535:
             return None
         return host, int(port_text)
     return host, None
@@ -119,7 +120,10 @@ class Perimeter:
         origin = request.header("origin")
         if origin is None:
             return True
-        parts = urlsplit(origin)
+        try:
+            parts = urlsplit(origin)
+        except ValueError:  # "http://[::1" and other unbalanced brackets
+            return False
         if parts.scheme not in ("http", "https") or not parts.hostname:
             return False  # "null", file:, chrome-extension:, garbage
         try:
@@ -184,7 +188,9 @@ class Perimeter:
         authorization = request.header("authorization")
         if authorization is not None:
             scheme, _, given = authorization.partition(" ")
-            if scheme.lower() == "bearer" and same_token(given.strip(), self.token):
+            # Only spaces separate scheme and token (RFC 9110 section 11.4): str.strip() would also
+            # drop '\xa0' and '\x85' and accept a token that is not the one configured.
+            if scheme.lower() == "bearer" and same_token(given.strip(" "), self.token):
                 return
             self.record_failure(request)
             raise Unauthorized(("token", "the access token is wrong"))

@@ -117,6 +117,7 @@ KEYS = (
     Key("blockminutes", _int_range(1, 1440), "5"),
     Key("wsqueue", _int_range(16, 1_000_000), "4096"),
     Key("wsping", _int_range(1, 3600), "20"),
+    Key("steps", _int_range(1, 1000), "50"),
 )
 
 
@@ -144,6 +145,7 @@ class Config:
     blockminutes: int
     wsqueue: int
     wsping: int
+    steps: int
 
     def replace(self, **changes) -> "Config":
         values = {f.name: getattr(self, f.name) for f in fields(self)}

@@ -112,8 +112,15 @@ class Request:
             raise BadRequest(("body", "a JSON object is required"))
         try:
             return json.loads(body)
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-            reason = getattr(exc, "msg", "not UTF-8")
+        except (ValueError, RecursionError) as exc:
+            # ValueError covers JSONDecodeError, UnicodeDecodeError and a number of more than
+            # sys.get_int_max_str_digits() digits, which json.loads refuses with a plain ValueError.
+            if isinstance(exc, RecursionError):
+                reason = "nested too deeply"
+            elif isinstance(exc, UnicodeDecodeError):
+                reason = "not UTF-8"
+            else:
+                reason = getattr(exc, "msg", None) or "a number too long"
             raise BadRequest(("body", f"malformed JSON: {reason}")) from None
 
     def detach(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bytes]:
@@ -141,7 +148,13 @@ class Response:
 
 def json_response(data, status: int = 200, headers: list[tuple[str, str]] | None = None) -> Response:
     """A JSON answer."""
-    body = json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
+    text = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    try:
+        body = text.encode()
+    except UnicodeEncodeError:
+        # A lone surrogate (a file name that is not UTF-8, decoded with surrogateescape) cannot be
+        # UTF-8: escape it as \udcxx, which JSON allows and which round-trips to the same bytes.
+        body = json.dumps(data, separators=(",", ":")).encode()
     return Response(status, body, "application/json; charset=utf-8", list(headers or []))
 
 
@@ -254,6 +267,9 @@ def parse_head(head: bytes, client: str) -> Request:
         headers.append((name.lower(), value))
     if len(headers) > MAX_HEADERS:
         raise HttpError(431, f"more than {MAX_HEADERS} headers")
+    if sum(1 for key, _ in headers if key == "host") > 1:
+        # RFC 9112 section 3.2: a proxy may route by one Host while the Host rule checks another.
+        raise HttpError(400, "more than one Host header")
     raw_path, _, raw_query = target.partition("?")
     try:
         path = unquote(raw_path, errors="strict")
@@ -276,9 +292,12 @@ def _content_length(request: Request) -> int:
     values = [value for key, value in request.headers if key == "content-length"]
     if not values:
         return 0
-    if len(set(values)) != 1 or not values[0].isdigit():
+    text = values[0]
+    # ASCII digits only: str.isdigit() also accepts '²', which int() refuses.
+    if len(set(values)) != 1 or not (text.isascii() and text.isdigit()):
         raise HttpError(400, "malformed Content-Length")
-    length = int(values[0])
+    # Thousands of digits would make int() raise; anything that long is over the limit anyway.
+    length = int(text) if len(text.lstrip("0")) <= len(str(MAX_BODY_BYTES)) else MAX_BODY_BYTES + 1
     if length > MAX_BODY_BYTES:
         raise HttpError(413, f"the body is larger than {MAX_BODY_BYTES // (1024 * 1024)} MB")
     return length
@@ -303,7 +322,9 @@ def encode_response(response: Response, head_only: bool, close: bool) -> bytes:
         lines.append("Cache-Control: no-store")
     lines.extend(f"{name}: {value}" for name, value in SECURITY_HEADERS)
     lines.append(f"Date: {formatdate(usegmt=True)}")
-    lines.append(f"Content-Length: {len(response.body)}")
+    if response.status >= 200 and response.status not in (204, 304):
+        # RFC 9110 section 8.6: never on 1xx and 204; on a 304 it would have to be GET's length.
+        lines.append(f"Content-Length: {len(response.body)}")
     lines.append("Connection: close" if close else "Connection: keep-alive")
     head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
     return head if head_only else head + response.body

@@ -7,7 +7,8 @@ everywhere except the login page, the sign-in actions and static assets.
 
 from __future__ import annotations
 
-from .api import account, build_table, call_action, folders, projects, sessions
+from .api.attachments import attachment_response
+from .api import account, build_table, call_action, folders, projects, providers, sessions
 from .errors import Forbidden, MethodNotAllowed, NotFound
 from .httpd import SECURITY_HEADERS, Response, static_response
 
@@ -19,7 +20,7 @@ PAGE_METHODS = ("GET", "HEAD")
 
 
 def action_table() -> dict:
-    return build_table(account, projects, folders, sessions)
+    return build_table(account, projects, folders, sessions, providers)
 
 
 def redirect(location: str) -> Response:
@@ -47,7 +48,9 @@ class Router:
             return await call_action(self.app, self.actions, request)
         if path.startswith("/attachments/"):
             await perimeter.authenticate(request)
-            raise NotFound(("id", "no such attachment"))
+            if request.method not in PAGE_METHODS:
+                raise MethodNotAllowed(("method", "attachments answer GET and HEAD"), headers={"Allow": "GET, HEAD"})
+            return await attachment_response(self.app, path)
         return await self._page(request)
 
     async def _websocket(self, request) -> Response | None:

@@ -425,8 +425,9 @@ class Store:
             return messages, more
         return await self.read(run)
 
-    async def add_message(self, sessionid: str, role: str, model: str | None = None, data: dict | None = None) -> dict:
-        newid = self.ids.new()
+    async def add_message(self, sessionid: str, role: str, model: str | None = None, data: dict | None = None,
+                          newid: str | None = None) -> dict:
+        newid = newid or self.ids.new()
 
         def run(c):
             c.execute("INSERT INTO messages (id, sessionid, role, model, data, created) VALUES (?, ?, ?, ?, ?, ?)",
@@ -446,6 +447,113 @@ class Store:
                        stamp if closed else None))
             return _decode_part(_row(c.execute("SELECT * FROM parts WHERE id = ?", (newid,))))
         return await self.write(run)
+
+    async def update_part(self, partid: str, *, text: str | None = None, status: str | None = None,
+                          data: dict | None = None, close: bool = False) -> dict | None:
+        """Change a part; `close` stamps it complete. Returns the part, None when it is gone."""
+        def run(c):
+            stamp = now_ms()
+            sets, values = ["updated = ?"], [stamp]
+            for column, value in (("text", text), ("status", status)):
+                if value is not None:
+                    sets.append(f"{column} = ?")
+                    values.append(value)
+            if data is not None:
+                sets.append("data = ?")
+                values.append(json.dumps(data))
+            if close:
+                sets.append("closed = ?")
+                values.append(stamp)
+            c.execute(f"UPDATE parts SET {', '.join(sets)} WHERE id = ?", (*values, partid))
+            row = _row(c.execute("SELECT * FROM parts WHERE id = ?", (partid,)))
+            return _decode_part(row) if row else None
+        return await self.write(run)
+
+    async def flush_part_texts(self, texts: list[tuple[str, str]]) -> None:
+        """Store the text streamed so far into open parts, in one transaction."""
+        stamp = now_ms()
+        await self.write(lambda c: c.executemany(
+            "UPDATE parts SET text = ?, updated = ? WHERE id = ? AND closed IS NULL",
+            [(text, stamp, partid) for partid, text in texts]))
+
+    async def finish_message(self, messageid: str, usage: dict | None, data: dict) -> None:
+        await self.write(lambda c: c.execute(
+            "UPDATE messages SET usage = ?, data = ?, finished = ? WHERE id = ?",
+            (json.dumps(usage) if usage is not None else None, json.dumps(data), now_ms(), messageid)))
+
+    async def count_messages(self, sessionid: str) -> int:
+        return await self.read(lambda c: c.execute(
+            "SELECT count(*) FROM messages WHERE sessionid = ?", (sessionid,)).fetchone()[0])
+
+    async def set_session_options(self, sessionid: str, model: str | None, mode: str, autoaccept: bool) -> None:
+        await self.write(lambda c: c.execute(
+            "UPDATE sessions SET model = ?, mode = ?, autoaccept = ?, updated = ? WHERE id = ?",
+            (model, mode, int(autoaccept), now_ms(), sessionid)))
+
+    async def session_history(self, sessionid: str) -> list[dict]:
+        """Every message of a session with its parts, oldest first (for the model's context)."""
+        messages, _more = await self.list_messages(sessionid, None, 1_000_000)
+        return messages
+
+    # -- attachments --------------------------------------------------------------------------
+
+    async def add_attachments(self, sessionid: str, messageid: str, files: list[tuple[str, str, bytes]]) -> list[dict]:
+        """Store files of a prompt; returns [{id, name, mime, size}]."""
+        ids = [self.ids.new() for _ in files]
+
+        def run(c):
+            stamp = now_ms()
+            c.executemany("INSERT INTO attachments (id, sessionid, messageid, name, mime, size, data, created)"
+                          " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                          [(newid, sessionid, messageid, name, mime, len(data), data, stamp)
+                           for newid, (name, mime, data) in zip(ids, files)])
+            return [{"id": newid, "name": name, "mime": mime, "size": len(data)}
+                    for newid, (name, mime, data) in zip(ids, files)]
+        return await self.write(run)
+
+    async def get_attachment(self, attachmentid: str) -> dict | None:
+        return await self.read(lambda c: _row(c.execute(
+            "SELECT * FROM attachments WHERE id = ?", (attachmentid,))))
+
+    # -- providers ----------------------------------------------------------------------------
+
+    async def list_providers(self) -> list[dict]:
+        return await self.read(lambda c: [_decode_provider(r) for r in _rows(c.execute(
+            "SELECT * FROM providers ORDER BY created, id"))])
+
+    async def get_provider(self, providerid: str) -> dict | None:
+        def run(c):
+            row = _row(c.execute("SELECT * FROM providers WHERE id = ?", (providerid,)))
+            return _decode_provider(row) if row else None
+        return await self.read(run)
+
+    async def save_provider(self, providerid: str | None, name: str, kind: str, url: str,
+                            secret: bytes | None, keep_secret: bool, data: dict) -> dict | None:
+        """Create (providerid None) or change a provider; None when the id is unknown.
+
+        With keep_secret the stored (encrypted) key stays as it is; otherwise it becomes `secret`.
+        """
+        newid = providerid or self.ids.new()
+
+        def run(c):
+            stamp = now_ms()
+            if providerid is None:
+                c.execute("INSERT INTO providers (id, name, kind, url, secret, data, created, updated)"
+                          " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                          (newid, name, kind, url, secret, json.dumps(data), stamp, stamp))
+            elif keep_secret:
+                if c.execute("UPDATE providers SET name = ?, kind = ?, url = ?, data = ?, updated = ? WHERE id = ?",
+                             (name, kind, url, json.dumps(data), stamp, newid)).rowcount == 0:
+                    return None
+            elif c.execute("UPDATE providers SET name = ?, kind = ?, url = ?, secret = ?, data = ?, updated = ?"
+                           " WHERE id = ?", (name, kind, url, secret, json.dumps(data), stamp, newid)).rowcount == 0:
+                return None
+            return _decode_provider(_row(c.execute("SELECT * FROM providers WHERE id = ?", (newid,))))
+        return await self.write(run)
+
+    async def remove_provider(self, providerid: str) -> bool:
+        return await self.write(lambda c: c.execute(
+            "DELETE FROM providers WHERE id = ?", (providerid,)).rowcount > 0)
 
     # -- logins -------------------------------------------------------------------------------
 
@@ -472,6 +580,14 @@ class Store:
             f"SELECT count(*) FROM {table} WHERE {column} = ?", (value,)).fetchone()[0])
 
 
+def session_view(row: dict) -> dict:
+    """The one shape of a session in answers and events."""
+    return {"id": row["id"], "projectid": row["projectid"], "name": row["name"], "status": row["status"],
+            "mode": row["mode"], "autoaccept": bool(row["autoaccept"]), "model": row["model"],
+            "worktree": row["worktree"], "created": row["created"], "updated": row["updated"],
+            "redo": False}
+
+
 def _settle(future: asyncio.Future, ok: bool, value) -> None:
     if future.cancelled():
         return
@@ -483,6 +599,11 @@ def _settle(future: asyncio.Future, ok: bool, value) -> None:
 
 def _decode_message(row: dict) -> dict:
     row["usage"] = json.loads(row["usage"]) if row.get("usage") else None
+    row["data"] = json.loads(row["data"]) if row.get("data") else {}
+    return row
+
+
+def _decode_provider(row: dict) -> dict:
     row["data"] = json.loads(row["data"]) if row.get("data") else {}
     return row
 

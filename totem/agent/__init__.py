@@ -1,0 +1,1 @@
+"""The agent: the loop, its context, the providers and the model stream."""

@@ -1,0 +1,460 @@
+"""The agent loop: a prompt becomes steps of model answers and tool calls, streamed as parts.
+
+Owns the runs of sessions (one at a time per session), the streaming of each model answer into
+stored parts and events, running the tool calls of an answer, retries of provider errors, the
+step limit, the loop guard, questions that wait for the person, and abort. It stores through
+`store`, publishes through `hub`, reaches models through `client.stream_chat` and tools through
+the registry; it never speaks HTTP to clients.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from dataclasses import dataclass, field
+
+from ..boundary import real_root
+from ..events import (MessageCreated, PartClosed, PartCreated, PartDelta, PartUpdated, QuestionAsk,
+                      QuestionReplied, RunError, SessionStatus, SessionUpdated)
+from ..store import now_ms, session_view
+from ..tools import ToolContext, ToolError
+from . import client
+from .context import history_messages, load_prompt, system_message, to_ollama_native
+from .stream import (ProviderError, ReasoningDelta, StreamEnd, StreamError, TextDelta, ToolCall,
+                     ToolCallStarted, Usage, extract_text_tool_calls)
+
+log = logging.getLogger("totem.agent")
+
+FLUSH_INTERVAL_S = 1.0
+MAX_RETRIES = 4
+BACKOFF_FIRST_S = 1.0
+BACKOFF_MAX_S = 60.0
+LOOP_GUARD_REPEATS = 3
+MAX_TOOL_OUTPUT_CHARS = 50_000
+SESSION_NAME_CHARS = 60
+DEFAULT_SESSION_NAME = "New session"
+REASONING_LEVELS = ("none", "low", "medium", "high")
+
+
+class RunRefused(Exception):
+    """A prompt that cannot start (the session is already running)."""
+
+
+@dataclass
+class Prompt:
+    """What a person sent: text, options and files (name, mime, bytes)."""
+
+    text: str
+    model: str
+    mode: str = "build"
+    autoaccept: bool = False
+    reasoning: str | None = None
+    attachments: list[tuple[str, str, bytes]] = field(default_factory=list)
+
+
+@dataclass
+class _OpenPart:
+    part: dict
+    text: list[str] = field(default_factory=list)
+    flushed: int = 0  # characters already stored
+
+
+@dataclass
+class _Run:
+    session: dict
+    project: dict
+    prompt: Prompt
+    task: asyncio.Task | None = None
+    open_parts: dict[str, _OpenPart] = field(default_factory=dict)
+    questions: set[str] = field(default_factory=set)
+
+
+class Runs:
+    """The runs of every session of one Totem."""
+
+    def __init__(self, store, hub, providers, registry, steps: int, backoff_first_s: float = BACKOFF_FIRST_S):
+        self.store = store
+        self.hub = hub
+        self.providers = providers
+        self.registry = registry
+        self.steps = steps
+        self.backoff_first_s = backoff_first_s
+        self.system_template = load_prompt("system.txt")
+        self._runs: dict[str, _Run] = {}
+        self._questions: dict[str, tuple[str, asyncio.Future]] = {}
+        self._flusher: asyncio.Task | None = None
+
+    # -- the door: prompt, abort, answer ----------------------------------------------------
+
+    def is_running(self, sessionid: str) -> bool:
+        return sessionid in self._runs
+
+    async def start_prompt(self, session: dict, project: dict, prompt: Prompt) -> str:
+        """Store the user message and start the run; returns the message id.
+
+        Raises RunRefused while the session runs: prompts are never interleaved.
+        """
+        sessionid = session["id"]
+        if sessionid in self._runs:
+            raise RunRefused("the session is running; wait for it to finish or abort it")
+        run = _Run(session, project, prompt)
+        self._runs[sessionid] = run  # claimed before any await, so a second prompt is refused
+        try:
+            message = await self._store_user_message(run)
+        except BaseException:
+            del self._runs[sessionid]
+            raise
+        run.task = asyncio.create_task(self._run(run), name=f"run {sessionid}")
+        self._ensure_flusher()
+        return message["id"]
+
+    async def abort(self, sessionid: str) -> bool:
+        """Stop a session's run; returns False when nothing was running."""
+        run = self._runs.get(sessionid)
+        if run is None or run.task is None:
+            return False
+        run.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(run.task)
+        return True
+
+    def reply_question(self, questionid: str, answer: str) -> bool:
+        """Answer a waiting question; False when there is no such question."""
+        entry = self._questions.get(questionid)
+        if entry is None or entry[1].done():
+            return False
+        entry[1].set_result(answer)
+        return True
+
+    async def stop_all(self) -> None:
+        for sessionid in list(self._runs):
+            await self.abort(sessionid)
+        if self._flusher is not None:
+            self._flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._flusher
+
+    # -- one run ----------------------------------------------------------------------------
+
+    async def _store_user_message(self, run: _Run) -> dict:
+        sessionid = run.session["id"]
+        prompt = run.prompt
+        messageid = self.store.ids.new()
+        files = []
+        if prompt.attachments:
+            # The message row must exist before its attachments reference it.
+            message = await self.store.add_message(sessionid, "user", data={}, newid=messageid)
+            files = await self.store.add_attachments(sessionid, messageid, prompt.attachments)
+            await self.store.finish_message(messageid, None, {"attachments": files})
+        else:
+            message = await self.store.add_message(sessionid, "user", newid=messageid)
+        part = await self.store.add_part(messageid, sessionid, "text", "done", prompt.text, closed=True)
+        message["data"] = {"attachments": files} if files else {}
+        message["parts"] = [part]
+        await self.store.set_session_options(sessionid, prompt.model, prompt.mode, prompt.autoaccept)
+        self.hub.publish(MessageCreated(sessionid, message))
+        await self._name_session(run)
+        return message
+
+    async def _name_session(self, run: _Run) -> None:
+        session = run.session
+        if session["name"] != DEFAULT_SESSION_NAME or await self.store.count_messages(session["id"]) != 1:
+            return
+        first_line = run.prompt.text.strip().splitlines()[0] if run.prompt.text.strip() else ""
+        name = first_line[:SESSION_NAME_CHARS].strip() or (run.prompt.attachments[0][0] if run.prompt.attachments else "")
+        if not name:
+            return
+        row = await self.store.rename_session(session["id"], name)
+        if row is not None:
+            self.hub.publish(SessionUpdated(session["id"], session_view(row)))
+
+    async def _set_status(self, sessionid: str, status: str) -> None:
+        await self.store.set_session_status(sessionid, status)
+        self.hub.publish(SessionStatus(sessionid, status))
+
+    async def _run(self, run: _Run) -> None:
+        sessionid = run.session["id"]
+        status = "idle"
+        try:
+            await self._set_status(sessionid, "running")
+            status = await self._steps(run)
+        except asyncio.CancelledError:
+            status = "aborted"
+        except ProviderError as exc:
+            self.hub.publish(RunError(sessionid, exc.message, False))
+            status = "error"
+        except Exception:
+            log.exception("run of session %s failed", sessionid)
+            self.hub.publish(RunError(sessionid, "Totem failed while running this prompt; see the server log.", False))
+            status = "error"
+        finally:
+            await asyncio.shield(self._end_run(run, status))
+
+    async def _end_run(self, run: _Run, status: str) -> None:
+        sessionid = run.session["id"]
+        closing = "aborted" if status == "aborted" else "error"
+        for open_part in list(run.open_parts.values()):
+            await self._close_part(run, open_part, closing)
+        for questionid in list(run.questions):
+            self._drop_question(run, questionid)
+        try:
+            await self._set_status(sessionid, status)
+        finally:
+            self._runs.pop(sessionid, None)
+
+    async def _steps(self, run: _Run) -> str:
+        target = await self.providers.target(run.prompt.model)
+        repeats: list[str] = []
+        for _step in range(self.steps):
+            message, calls = await self._answer_with_retries(run, target)
+            if not calls:
+                return "idle"
+            for call in calls:
+                signature = call.name + "\0" + _canonical(call.arguments)
+                repeats = repeats + [signature] if repeats and repeats[-1] == signature else [signature]
+                if len(repeats) >= LOOP_GUARD_REPEATS:
+                    answer = await self._ask(run, f"The model called {call.name} with the same input "
+                                                  f"{LOOP_GUARD_REPEATS} times in a row. Go on?", ["Go on", "Stop"])
+                    if answer != "Go on":
+                        return "idle"
+                    repeats = []
+                await self._run_tool(run, message, call)
+        self.hub.publish(RunError(run.session["id"], f"The run stopped after {self.steps} model calls "
+                                                     "(the step limit); send a prompt to go on.", False))
+        return "error"
+
+    # -- one model answer -------------------------------------------------------------------
+
+    async def _answer_with_retries(self, run: _Run, target):
+        attempt = 0
+        while True:
+            try:
+                return await self._answer(run, target)
+            except ProviderError as exc:
+                attempt += 1
+                if not exc.retry or attempt > MAX_RETRIES:
+                    raise
+                delay = exc.retry_after if exc.retry_after is not None else self.backoff_first_s * 2 ** (attempt - 1)
+                delay = min(delay, BACKOFF_MAX_S)
+                self.hub.publish(RunError(run.session["id"], f"{exc.message} Trying again in {delay:g} s.", True))
+                await asyncio.sleep(delay)
+
+    async def _request_body(self, run: _Run, target) -> dict:
+        history = await self.store.session_history(run.session["id"])
+        attachments = await self._attachments_of(history)
+        root = real_root(run.project["path"])
+        messages = [await system_message(self.system_template, root)] + history_messages(history, attachments)
+        body = {"model": target.model, **target.options}
+        if target.native_ollama:
+            body["messages"] = to_ollama_native(messages)
+            if run.prompt.reasoning:
+                body["think"] = run.prompt.reasoning != "none"
+        else:
+            body["messages"] = messages
+            if run.prompt.reasoning and run.prompt.reasoning != "none":
+                body["reasoning_effort"] = run.prompt.reasoning
+        body["tools"] = self.registry.specs()
+        return body
+
+    async def _attachments_of(self, history: list[dict]) -> dict[str, list[dict]]:
+        result = {}
+        for message in history:
+            files = message["data"].get("attachments") if message["role"] == "user" else None
+            if files:
+                rows = [await self.store.get_attachment(f["id"]) for f in files]
+                result[message["id"]] = [row for row in rows if row is not None]
+        return result
+
+    async def _answer(self, run: _Run, target):
+        sessionid = run.session["id"]
+        body = await self._request_body(run, target)
+        started = now_ms()
+        message = await self.store.add_message(sessionid, "assistant", model=run.prompt.model)
+        message["parts"] = []
+        self.hub.publish(MessageCreated(sessionid, message))
+        text_part = reasoning_part = None
+        tool_parts: dict[int, _OpenPart] = {}
+        usage = None
+        first_token = None
+        result = None
+        try:
+            stream = client.stream_chat(target.url, target.key, body, native_ollama=target.native_ollama)
+            async with contextlib.aclosing(stream) as events:
+                async for event in events:
+                    if isinstance(event, TextDelta):
+                        first_token = first_token or now_ms()
+                        text_part = text_part or await self._open_part(run, message, "text")
+                        self._append(run, text_part, event.text)
+                    elif isinstance(event, ReasoningDelta):
+                        first_token = first_token or now_ms()
+                        reasoning_part = reasoning_part or await self._open_part(run, message, "reasoning")
+                        self._append(run, reasoning_part, event.text)
+                    elif isinstance(event, ToolCallStarted) and event.index not in tool_parts:
+                        tool_parts[event.index] = await self._open_part(
+                            run, message, "tool", status="pending",
+                            data={"callid": event.id, "tool": event.name, "arguments": ""})
+                    elif isinstance(event, Usage):
+                        usage = event.usage
+                    elif isinstance(event, StreamError):
+                        raise ProviderError(event.message, status=event.status, retry=event.retry, kind=event.kind)
+                    elif isinstance(event, StreamEnd):
+                        result = event.result
+        except BaseException as exc:
+            ending = "aborted" if isinstance(exc, asyncio.CancelledError) else "error"
+            for open_part in [text_part, reasoning_part, *tool_parts.values()]:
+                if open_part is not None:
+                    await self._close_part(run, open_part, ending)
+            await self.store.finish_message(message["id"], usage, {"started": started, "first": first_token,
+                                                                   "failed": True})
+            raise
+        for open_part in (reasoning_part, text_part):
+            if open_part is not None:
+                await self._close_part(run, open_part, "done")
+        calls = result.tool_calls if result else []
+        if not calls and result and result.content:
+            _rest, calls = extract_text_tool_calls(result.content, self.registry.names())
+        message["tool_parts"] = await self._settle_tool_parts(run, message, tool_parts, calls)
+        await self.store.finish_message(message["id"], usage or (result.usage if result else None),
+                                        {"started": started, "first": first_token, "finished": now_ms(),
+                                         "finish_reason": result.finish_reason if result else None})
+        return message, calls
+
+    async def _settle_tool_parts(self, run, message, tool_parts: dict[int, _OpenPart], calls: list[ToolCall]):
+        """Give each final call its part (created now for calls written as text)."""
+        parts = {}
+        for position, call in enumerate(calls):
+            open_part = tool_parts.pop(call.index, None) if call.index in tool_parts else None
+            if open_part is None:
+                open_part = await self._open_part(run, message, "tool", status="pending",
+                                                  data={"callid": call.id, "tool": call.name, "arguments": ""})
+            open_part.part["data"].update({"callid": call.id, "tool": call.name, "arguments": call.arguments})
+            parts[call.id] = open_part
+        for leftover in tool_parts.values():
+            await self._close_part(run, leftover, "error")
+        return parts
+
+    # -- tool calls -------------------------------------------------------------------------
+
+    async def _run_tool(self, run: _Run, message: dict, call: ToolCall) -> None:
+        open_part = message["tool_parts"][call.id]
+        data = open_part.part["data"]
+        ctx = ToolContext(root=real_root(run.project["path"]), sessionid=run.session["id"])
+        try:
+            tool, args = self.registry.parse_arguments(call.name, call.arguments)
+            data["input"] = args
+            subjects = tool.subjects(args, ctx)
+        except ToolError as exc:
+            denied = "outside the project" in str(exc)
+            data.update({"error": str(exc), "decision": {"action": "deny", "rule": "boundary"} if denied else None})
+            await self._finish_tool(run, open_part, "denied" if denied else "error")
+            return
+        data.update({"subjects": subjects, "decision": {"action": "allow", "rule": "default: read-only inside the project",
+                                                        "at": now_ms()}, "started": now_ms()})
+        await self._update_part(run, open_part, "running")
+        try:
+            result = await tool.run(args, ctx)
+        except ToolError as exc:
+            data["error"] = str(exc)
+            await self._finish_tool(run, open_part, "error")
+            return
+        output = result.output
+        if len(output) > MAX_TOOL_OUTPUT_CHARS:
+            output = output[:MAX_TOOL_OUTPUT_CHARS] + f"\n[output cut at {MAX_TOOL_OUTPUT_CHARS} characters]"
+        data.update({"output": output, "title": result.title, "result": result.data, "finished": now_ms()})
+        await self._finish_tool(run, open_part, "done")
+
+    async def _finish_tool(self, run: _Run, open_part: _OpenPart, status: str) -> None:
+        await self._close_part(run, open_part, status)
+
+    # -- parts ------------------------------------------------------------------------------
+
+    async def _open_part(self, run: _Run, message: dict, kind: str, status: str = "streaming",
+                         data: dict | None = None) -> _OpenPart:
+        sessionid = run.session["id"]
+        part = await self.store.add_part(message["id"], sessionid, kind, status, data=data)
+        open_part = _OpenPart(part)
+        run.open_parts[part["id"]] = open_part
+        self.hub.publish(PartCreated(sessionid, part))
+        return open_part
+
+    def _append(self, run: _Run, open_part: _OpenPart, text: str) -> None:
+        if text:
+            open_part.text.append(text)
+            self.hub.publish(PartDelta(run.session["id"], open_part.part["id"], text))
+
+    async def _update_part(self, run: _Run, open_part: _OpenPart, status: str) -> None:
+        part = await self.store.update_part(open_part.part["id"], status=status, data=open_part.part["data"])
+        if part is not None:
+            part["data"] = open_part.part["data"]  # the run keeps filling in the same record
+            open_part.part = part
+            self.hub.publish(PartUpdated(run.session["id"], part))
+
+    async def _close_part(self, run: _Run, open_part: _OpenPart, status: str) -> None:
+        """Store the part complete with its final status; a tool's state change is announced too."""
+        partid = open_part.part["id"]
+        if run.open_parts.pop(partid, None) is None:
+            return
+        is_tool = open_part.part["kind"] == "tool"
+        part = await self.store.update_part(partid, text=None if is_tool else "".join(open_part.text),
+                                            status=status, data=open_part.part["data"], close=True)
+        if is_tool and part is not None:
+            self.hub.publish(PartUpdated(run.session["id"], part))
+        self.hub.publish(PartClosed(run.session["id"], partid))
+
+    def _ensure_flusher(self) -> None:
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush_loop(), name="flush parts")
+
+    async def _flush_loop(self) -> None:
+        # Streamed text is stored at least every second, so a crash loses at most a second.
+        while self._runs:
+            await asyncio.sleep(FLUSH_INTERVAL_S)
+            pending = []
+            for run in list(self._runs.values()):
+                for open_part in list(run.open_parts.values()):
+                    size = sum(map(len, open_part.text))
+                    if size != open_part.flushed:
+                        open_part.flushed = size
+                        pending.append((open_part.part["id"], "".join(open_part.text)))
+            if pending:
+                try:
+                    await self.store.flush_part_texts(pending)
+                except Exception:
+                    log.exception("flushing streamed text failed")
+
+    # -- questions --------------------------------------------------------------------------
+
+    async def _ask(self, run: _Run, text: str, options: list[str]) -> str:
+        sessionid = run.session["id"]
+        questionid = self.store.ids.new()
+        future = asyncio.get_running_loop().create_future()
+        self._questions[questionid] = (sessionid, future)
+        run.questions.add(questionid)
+        self.hub.publish(QuestionAsk(sessionid, questionid, text, options))
+        try:
+            return await future
+        finally:
+            self._drop_question(run, questionid)
+
+    def _drop_question(self, run: _Run, questionid: str) -> None:
+        if questionid in run.questions:
+            run.questions.discard(questionid)
+            entry = self._questions.pop(questionid, None)
+            if entry is not None and not entry[1].done():
+                entry[1].cancel()
+            self.hub.publish(QuestionReplied(run.session["id"], questionid))
+
+    def question_session(self, questionid: str) -> str | None:
+        entry = self._questions.get(questionid)
+        return entry[0] if entry else None
+
+
+def _canonical(arguments: str) -> str:
+    try:
+        return json.dumps(json.loads(arguments or "{}"), sort_keys=True)
+    except json.JSONDecodeError:
+        return arguments
+
+

@@ -1,0 +1,191 @@
+"""The tools of the agent: the base class, the registry, and the parsing of a model's tool call.
+
+Each tool lives in its own module and declares its name, a short description, the JSON Schema of
+its arguments, whether it only reads, its permission subjects and `run`. The registry turns the
+tools into the OpenAI `tools` array and turns a model's call (a name and a JSON text) into a
+tool and validated arguments.
+
+Must not: decide permissions (`permissions.py` does, from `subjects()`), decide whether a path
+is inside the project (`boundary.py` does; tools only call it), wrap output for the model
+context, or scrub secrets from output (the caller does both).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from .. import boundary
+from .schema import check_schema, validate
+
+# The longest arguments text accepted from a model; a file's content for a write tool rides here.
+MAX_ARGUMENTS_CHARS = 10 * 1024 * 1024
+# How much of a malformed arguments text is quoted back around the error position.
+JSON_ERROR_CONTEXT_CHARS = 30
+# Long lines are cut when shown to the model (read and grep).
+MAX_LINE_CHARS = 2000
+# Folders that the search tools never enter, and that an explicit search path may not name.
+SKIPPED_FOLDERS = frozenset({".git"})
+
+
+class ToolError(Exception):
+    """A failure the model can act on; str(exc) is the message it sees."""
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What a tool call runs in."""
+
+    root: str  # the project root, already realpath'd
+    sessionid: str
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """What a tool call returns."""
+
+    output: str  # text for the model (the caller wraps it in an untrusted-data envelope)
+    title: str = ""  # short human summary for the UI
+    data: dict = field(default_factory=dict)  # structured extras for the UI
+
+
+class Tool:
+    """The base of every tool; each tool module defines one subclass."""
+
+    name: str = ""
+    description: str = ""
+    schema: dict = {"type": "object", "properties": {}, "additionalProperties": False}
+    readonly: bool = True
+
+    def subjects(self, args: dict, ctx: ToolContext) -> list[str]:
+        """The permission subjects: the paths the call touches, relative to the project, with `/`.
+
+        The default covers tools with one optional `path` argument (the project root when it is
+        absent, shown as "."). Raises ToolError for a path outside the project.
+        """
+        absolute = resolve_path(ctx, args.get("path") or ".")
+        return [display_path(ctx, absolute)]
+
+    async def run(self, args: dict, ctx: ToolContext) -> ToolResult:
+        """Do the work. Raises ToolError with a message for the model."""
+        raise NotImplementedError
+
+    def spec(self) -> dict:
+        """This tool in the OpenAI `tools` array."""
+        return {"type": "function", "function": {
+            "name": self.name, "description": self.description, "parameters": self.schema}}
+
+
+class Registry:
+    """The tools a run may call, by name."""
+
+    def __init__(self, tools: Iterable[Tool]):
+        self._tools: dict[str, Tool] = {}
+        for tool in tools:
+            if not tool.name or tool.name in self._tools:
+                raise ValueError(f"tool name {tool.name!r} is empty or used twice")
+            check_schema(tool.schema, tool.name)
+            self._tools[tool.name] = tool
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def specs(self) -> list[dict]:
+        """The OpenAI `tools` array, in registration order."""
+        return [tool.spec() for tool in self._tools.values()]
+
+    def parse_arguments(self, name: str, arguments: str | dict | None) -> tuple[Tool, dict]:
+        """The tool called `name` and its validated arguments.
+
+        `arguments` is the JSON text the model sent; empty text means no arguments, and a dict
+        (some providers decode it already) is taken as is. An optional argument sent as null
+        counts as absent (OpenAI strict mode sends null for optional fields). Raises ToolError
+        for an unknown tool (listing the known ones), malformed JSON (saying where), arguments
+        that are not an object, or a schema violation (naming each field and its rule).
+        """
+        tool = self._tools.get(name)
+        if tool is None:
+            raise ToolError(f"unknown tool {name!r}; the tools are: {', '.join(self._tools)}")
+        args = _decode_arguments(name, arguments)
+        if not isinstance(args, dict):
+            raise ToolError(f"the arguments of {name} must be a JSON object, not {_json_kind(args)}")
+        required = set(tool.schema.get("required", ()))
+        args = {key: value for key, value in args.items() if value is not None or key in required}
+        problems = validate(tool.schema, args)
+        if problems:
+            raise ToolError(f"invalid arguments for {name}: " + "; ".join(problems))
+        return tool, args
+
+
+def default_registry() -> Registry:
+    """The read-only file tools: read, glob, grep."""
+    from .glob import GlobTool
+    from .grep import GrepTool
+    from .read import ReadTool
+
+    return Registry([ReadTool(), GlobTool(), GrepTool()])
+
+
+def resolve_path(ctx: ToolContext, path: str) -> str:
+    """The absolute, link-free path inside the project; ToolError when it is outside."""
+    try:
+        return boundary.resolve_inside(ctx.root, path)
+    except boundary.BoundaryError as exc:
+        raise ToolError(str(exc)) from None
+
+
+def display_path(ctx: ToolContext, absolute: str) -> str:
+    """A path as the model and the permission rules see it: relative, with `/`; "." for the root."""
+    return boundary.relative_path(ctx.root, absolute) or "."
+
+
+def in_skipped_folder(relative: str) -> bool:
+    """Whether a project-relative path is, or is inside, a folder the search tools never enter."""
+    return any(part in SKIPPED_FOLDERS for part in relative.split("/"))
+
+
+def cut_line(text: str) -> str:
+    """A line as shown to the model: cut at MAX_LINE_CHARS, with a marker saying how long it was."""
+    if len(text) <= MAX_LINE_CHARS:
+        return text
+    return f"{text[:MAX_LINE_CHARS]}… [line cut: {len(text)} chars]"
+
+
+def _decode_arguments(name: str, arguments):
+    if arguments is None or isinstance(arguments, dict):
+        return arguments or {}
+    if not isinstance(arguments, str):
+        raise ToolError(f"the arguments of {name} must be JSON text")
+    if len(arguments) > MAX_ARGUMENTS_CHARS:
+        raise ToolError(f"the arguments of {name} are longer than {MAX_ARGUMENTS_CHARS} characters")
+    if not arguments.strip():
+        return {}
+    try:
+        return json.loads(arguments, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as exc:
+        start = max(exc.pos - JSON_ERROR_CONTEXT_CHARS, 0)
+        near = arguments[start:exc.pos + JSON_ERROR_CONTEXT_CHARS]
+        raise ToolError(f"the arguments of {name} are not valid JSON: {exc.msg} at line "
+                        f"{exc.lineno}, column {exc.colno} (near {near!r})") from None
+    except (ValueError, RecursionError) as exc:  # NaN, a huge integer, nesting too deep
+        raise ToolError(f"the arguments of {name} are not valid JSON: {exc}") from None
+
+
+def _refuse_constant(word: str):
+    raise ValueError(f"{word} is not a JSON value")
+
+
+def _json_kind(value) -> str:
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool):
+        return "true or false"
+    if value is None:
+        return "null"
+    return "a number"

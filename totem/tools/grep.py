@@ -1,0 +1,396 @@
+"""The grep tool: lines of the project's files that match a regular expression.
+
+Two engines give the same answer for the same tree: ripgrep when `rg` is on PATH, and a walk in
+Python otherwise. Both search every file below the path (hidden ones too; .gitignore is not
+consulted, since the Python walk cannot honour it identically), except: the `.git` folder,
+symbolic links (never followed), files over MAX_FILE_BYTES, binary files (a NUL byte anywhere),
+and the protected `.env` files (the spec: search skips them, even as the explicit path). They
+visit files in the same order (names sorted bytewise within each folder, depth first) and stop
+after the same number of matches, so that even a cut answer is the same; the shown lines are
+then sorted by path and line number.
+
+ripgrep is run without a shell, without reading any configuration (`--no-config`, and no
+RIPGREP_CONFIG_PATH in its environment), with the model's pattern as the value of `-e` and the
+path after `--`: a pattern like `--pre=sh` is searched as text, never taken as an option.
+
+Must not: decide what is inside the project (boundary does), or search a file that the rules
+above skip, whatever the model asks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import re
+import shutil
+import stat
+import tempfile
+import threading
+import time
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from .. import boundary
+from . import (SKIPPED_FOLDERS, Tool, ToolContext, ToolError, ToolResult, cut_line, display_path,
+               in_skipped_folder, resolve_path)
+from .glob import compile_glob
+
+MAX_MATCHES_SHOWN = 200
+# Past this many matching lines the search stops: the answer says "more than".
+MAX_MATCHES_COUNTED = 1000
+MAX_FILE_BYTES = 2 * 1024 * 1024
+MAX_PATTERN_CHARS = 1000
+TIMEOUT_SECONDS = 20.0
+# One line of rg --json carries a whole matching line (up to MAX_FILE_BYTES, escaped) and
+# its submatches.
+RG_LINE_LIMIT_BYTES = 64 * 1024 * 1024
+MAX_ERROR_CHARS = 600
+# The protected .env files in gitignore syntax, for rg's --ignore-file: ripgrep's --glob cannot
+# express "except the examples" without switching to whitelist mode, which would defeat the
+# include filter. Folders named .env (a virtualenv) are not files and stay searchable.
+ENV_IGNORE_RULES = """\
+.env
+.env.*
+!.env/
+!.env.*/
+!.env.example
+!.env.sample
+!.env.template
+!.env.*.example
+!.env.*.sample
+!.env.*.template
+"""
+# Patterns that can match differently on a whole file than on one line: no whole-file pre-check.
+_LINE_ONLY_SYNTAX = re.compile(r"\\[AZz]|\(\?<?[=!]")
+
+
+@dataclass(frozen=True)
+class Query:
+    """One search: `start` is a link-free folder or regular file inside `root`."""
+
+    root: str
+    start: str
+    pattern: str
+    include: str | None = None
+    ignore_case: bool = False
+
+
+@dataclass
+class Found:
+    """Matching lines as (project-relative path, line number, text), in visiting order."""
+
+    matches: list[tuple[str, int, str]]
+    more: bool = False  # there were more than MAX_MATCHES_COUNTED
+
+
+class GrepTool(Tool):
+    name = "grep"
+    description = "Search file contents with a regex. Output: path:line: text."
+    schema = {
+        "type": "object",
+        "properties": {
+            "pattern": {"type": "string", "minLength": 1, "description": "Regular expression"},
+            "path": {"type": "string", "description": "File or folder (default: project root)"},
+            "include": {"type": "string", "description": 'File name glob, e.g. "*.{ts,tsx}"'},
+            "ignore_case": {"type": "boolean"},
+        },
+        "required": ["pattern"],
+        "additionalProperties": False,
+    }
+
+    def __init__(self, engine: str = "auto"):
+        """`engine`: "auto" (rg when on PATH, looked up at each call), "rg" or "python"."""
+        if engine not in ("auto", "rg", "python"):
+            raise ValueError(f"unknown grep engine {engine!r}")
+        self.engine = engine
+
+    async def run(self, args: dict, ctx: ToolContext) -> ToolResult:
+        pattern = args["pattern"]
+        if "\x00" in pattern:
+            raise ToolError("the pattern contains a NUL byte")
+        if len(pattern) > MAX_PATTERN_CHARS:
+            raise ToolError(f"the pattern is longer than {MAX_PATTERN_CHARS} characters")
+        include = args.get("include") or None
+        if include is not None:
+            compile_glob(include, name_only=True)  # the same errors for both engines
+        start = resolve_path(ctx, args.get("path") or ".")
+        where = display_path(ctx, start)
+        title = f"{pattern} in {where}"
+        if in_skipped_folder(where):
+            return ToolResult(f"{where} was not searched: the search tools skip "
+                              f"{', '.join(sorted(SKIPPED_FOLDERS))}.", title=title,
+                              data={"matches": 0, "skipped": True})
+        skipped = await asyncio.to_thread(_check_start, start, where)
+        if skipped:
+            return ToolResult(skipped, title=title, data={"matches": 0, "skipped": True})
+        query = Query(ctx.root, start, pattern, include, bool(args.get("ignore_case")))
+        rg = shutil.which("rg") if self.engine == "auto" else "rg" if self.engine == "rg" else None
+        if rg:
+            found = await search_with_rg(query, rg)
+        else:
+            found = await search_with_python(query)
+        return format_found(found, query, where, engine="rg" if rg else "python")
+
+
+def _check_start(start: str, where: str) -> str:
+    """Why an explicit path is not searched (a message for the model), or "" to search it.
+
+    Raises ToolError for a path that does not exist or is not a file or folder.
+    """
+    if boundary.is_protected_env(where):
+        return (f"{where} was not searched: search skips secret files (.env, .env.*). "
+                "Use read on it to ask the user for permission to see it.")
+    try:
+        info = os.stat(start)
+    except FileNotFoundError:
+        raise ToolError(f"not found: {where}") from None
+    except OSError as exc:
+        raise ToolError(f"cannot search {where}: {exc.strerror}") from None
+    if stat.S_ISDIR(info.st_mode):
+        return ""
+    if not stat.S_ISREG(info.st_mode):
+        raise ToolError(f"{where} is not a regular file or folder; not searched")
+    if info.st_size > MAX_FILE_BYTES:
+        return (f"{where} was not searched: it is {info.st_size} bytes, over the search limit "
+                f"of {MAX_FILE_BYTES} bytes. Use read with offset and limit.")
+    try:
+        with open(start, "rb") as handle:
+            binary = b"\x00" in handle.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ToolError(f"cannot search {where}: {exc.strerror}") from None
+    if binary:
+        return f"{where} was not searched: it is a binary file ({info.st_size} bytes)."
+    return ""
+
+
+def format_found(found: Found, query: Query, where: str, engine: str = "") -> ToolResult:
+    """The answer for the model: a count line, `path:line: text` lines, and a note when cut."""
+    matches = sorted(found.matches, key=lambda match: (match[0], match[1]))
+    shown = matches[:MAX_MATCHES_SHOWN]
+    files = len({path for path, _, _ in matches})
+    count = f"more than {len(matches)}" if found.more else str(len(matches))
+    title = f"{query.pattern} in {where} ({count} match{'' if count == '1' else 'es'})"
+    data = {"matches": len(matches), "files": files, "shown": len(shown),
+            "truncated": found.more or len(shown) < len(matches), "engine": engine}
+    if not matches:
+        return ToolResult(f"No matches for {query.pattern!r} in {where}.", title=title, data=data)
+    lines = [f"{count.capitalize()} matching line{'' if count == '1' else 's'} in {files} "
+             f"file{'' if files == 1 else 's'}:"]
+    lines.extend(f"{path}:{number}: {cut_line(text)}" for path, number, text in shown)
+    if data["truncated"]:
+        lines.append(f"(showing {len(shown)} of {count} matching lines; narrow the pattern, "
+                     "path or include to see the rest)")
+    return ToolResult("\n".join(lines), title=title, data=data)
+
+
+# ripgrep
+
+def rg_arguments(query: Query, rg: str, ignore_file: str) -> list[str]:
+    """The command line for ripgrep; the pattern only ever follows -e, the path only --."""
+    args = [rg, "--json", "--no-config", "--no-messages", "--no-ignore", "--hidden",
+            "--sort", "path", "--encoding", "none", "--max-filesize", str(MAX_FILE_BYTES),
+            "--glob", "!.git", "--ignore-file", ignore_file,
+            "--ignore-case" if query.ignore_case else "--case-sensitive"]
+    if query.include:
+        args += ["--type-add", f"totem:{query.include}", "--type", "totem"]
+    return args + ["-e", query.pattern, "--", query.start]
+
+
+async def search_with_rg(query: Query, rg: str = "rg") -> Found:
+    """Search with ripgrep. Raises ToolError for an invalid pattern or a timeout."""
+    # Written and removed on the loop: a few hundred bytes in the temporary folder take
+    # microseconds, and no await between them can leave the file behind on cancellation.
+    descriptor, ignore_file = tempfile.mkstemp(prefix="totem-grep-", suffix=".ignore")
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            handle.write(ENV_IGNORE_RULES)
+        return await _run_rg(query, rg_arguments(query, rg, ignore_file))
+    finally:
+        os.unlink(ignore_file)
+
+
+async def _run_rg(query: Query, args: list[str]) -> Found:
+    try:
+        process = await asyncio.create_subprocess_exec(
+            *args, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, cwd=query.root, limit=RG_LINE_LIMIT_BYTES,
+            env={"PATH": os.environ.get("PATH", os.defpath)}, start_new_session=True)
+    except OSError as exc:
+        raise ToolError(f"cannot run ripgrep: {exc.strerror or exc}") from None
+    errors = asyncio.ensure_future(process.stderr.read())
+    found = Found([])
+    try:
+        async with asyncio.timeout(TIMEOUT_SECONDS):
+            await _read_rg_output(process.stdout, query.root, found)
+            await process.wait()
+    except TimeoutError:
+        raise ToolError(_timeout_message()) from None
+    except ValueError:  # a line over RG_LINE_LIMIT_BYTES: a huge line with countless matches
+        raise ToolError("a matching line is too long to show; narrow the pattern, or use "
+                        "include to leave out minified or generated files") from None
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        stderr = (await errors).decode("utf-8", "replace").strip()
+    if process.returncode == 2 and stderr and not found.matches:
+        what = f"invalid regex {query.pattern!r}" if "regex" in stderr else "the search failed"
+        raise ToolError(f"{what}: {stderr[:MAX_ERROR_CHARS]}")
+    return found
+
+
+async def _read_rg_output(stream: asyncio.StreamReader, root: str, found: Found) -> None:
+    """Collect matches from rg --json until the end or the count limit.
+
+    Matches of a file are kept only when its `end` message reports no binary content: ripgrep
+    stops at the first NUL byte but has already printed the lines before it, and the Python
+    engine skips such a file whole.
+    """
+    pending: list[tuple[str, int, str]] = []
+    while line := await stream.readline():
+        message = json.loads(line)
+        kind, data = message.get("type"), message.get("data", {})
+        if kind == "match" and len(found.matches) + len(pending) <= MAX_MATCHES_COUNTED:
+            path = boundary.relative_path(root, _rg_text(data["path"]))
+            pending.append((path, data["line_number"], _strip_newline(_rg_text(data["lines"]))))
+        elif kind == "end":
+            if data.get("binary_offset") is None:
+                found.matches.extend(pending)
+            pending = []
+            if len(found.matches) > MAX_MATCHES_COUNTED:
+                del found.matches[MAX_MATCHES_COUNTED:]
+                found.more = True
+                return
+
+
+def _rg_text(value: dict) -> str:
+    """rg --json gives text as {"text": ...}, or {"bytes": base64} when it is not UTF-8."""
+    if "text" in value:
+        return value["text"]
+    return base64.b64decode(value["bytes"]).decode("utf-8", "replace")
+
+
+# Python
+
+async def search_with_python(query: Query) -> Found:
+    """Search with the re module, off the loop. Raises ToolError for an invalid pattern or a
+    timeout.
+
+    The walk checks its deadline between files; the wait for it has the same deadline, so that
+    a regex that backtracks for ever on one line (Python's re has no time limit, ripgrep's
+    engine is linear) still answers in time, though its thread runs on until that line is done.
+    """
+    line_regex, file_regex = _compile_pattern(query.pattern, query.ignore_case)
+    include = compile_glob(query.include, name_only=True) if query.include else None
+    stop = threading.Event()
+    try:
+        async with asyncio.timeout(TIMEOUT_SECONDS):
+            return await asyncio.to_thread(_search_files, query, line_regex, file_regex, include, stop)
+    except TimeoutError:
+        raise ToolError(_timeout_message()) from None
+    finally:
+        stop.set()  # a cancelled or late run leaves the thread: make it end soon
+
+
+def _timeout_message() -> str:
+    return (f"the search took longer than {TIMEOUT_SECONDS:g} s and was stopped; narrow the "
+            "path or use include")
+
+
+def _compile_pattern(pattern: str, ignore_case: bool) -> tuple[re.Pattern, re.Pattern | None]:
+    flags = re.IGNORECASE if ignore_case else 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "possible nested set": a different meaning in rg
+        try:
+            line_regex = re.compile(pattern, flags)
+            file_regex = None if _LINE_ONLY_SYNTAX.search(pattern) else \
+                re.compile(pattern, flags | re.MULTILINE)
+        except (re.error, FutureWarning, DeprecationWarning) as exc:
+            raise ToolError(f"invalid regex {pattern!r}: {exc}") from None
+    return line_regex, file_regex
+
+
+def _search_files(query: Query, line_regex: re.Pattern, file_regex: re.Pattern | None,
+                  include: re.Pattern | None, stop: threading.Event) -> Found:
+    found = Found([])
+    deadline = time.monotonic() + TIMEOUT_SECONDS
+    if os.path.isdir(query.start):
+        files = _walk_sorted(query.start, include)
+    else:
+        files = iter([query.start])  # an explicit file: checked by _check_start, include ignored
+    for path in files:
+        if stop.is_set() or time.monotonic() > deadline:
+            raise ToolError(_timeout_message())
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read(MAX_FILE_BYTES + 1)
+        except OSError:
+            continue
+        if len(data) > MAX_FILE_BYTES or b"\x00" in data:
+            continue
+        text = data.decode("utf-8", "replace")
+        if file_regex is not None and not file_regex.search(text):
+            continue
+        relative = _printable(boundary.relative_path(query.root, path))
+        lines = text.split("\n")
+        if lines[-1] == "":
+            lines.pop()
+        for number, line in enumerate(lines, 1):
+            if line_regex.search(line):
+                found.matches.append((relative, number, _strip_newline(line)))
+        if len(found.matches) > MAX_MATCHES_COUNTED:
+            del found.matches[MAX_MATCHES_COUNTED:]
+            found.more = True
+            break
+    return found
+
+
+def _walk_sorted(top: str, include: re.Pattern | None) -> Iterator[str]:
+    """Files below `top` in ripgrep's --sort path order, with ripgrep's skips."""
+    stack = [iter(_sorted_entries(top))]
+    while stack:
+        entry = next(stack[-1], None)
+        if entry is None:
+            stack.pop()
+            continue
+        if entry.name in SKIPPED_FOLDERS:
+            continue
+        try:
+            if entry.is_symlink():
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                stack.append(iter(_sorted_entries(entry.path)))
+                continue
+            if not entry.is_file(follow_symlinks=False):
+                continue
+            if boundary.is_protected_env(entry.name):
+                continue
+            if include is not None and not include.fullmatch(entry.name):
+                continue
+            if entry.stat(follow_symlinks=False).st_size > MAX_FILE_BYTES:
+                continue
+        except OSError:
+            continue
+        yield entry.path
+
+
+def _sorted_entries(folder: str) -> list[os.DirEntry]:
+    try:
+        with os.scandir(folder) as entries:
+            return sorted(entries, key=lambda entry: os.fsencode(entry.name))
+    except OSError:
+        return []
+
+
+def _printable(path: str) -> str:
+    """A file name that is not UTF-8 with U+FFFD for its bad bytes, as ripgrep's JSON gives it."""
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def _strip_newline(line: str) -> str:
+    if line.endswith("\n"):
+        line = line[:-1]
+    return line[:-1] if line.endswith("\r") else line
