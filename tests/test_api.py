@@ -395,3 +395,23 @@ class SessionsTest(TotemCase):
         await call(self.app, "sessions_remove", ident=session["id"], method="POST")
         self.assertEqual(await self.app.store.count_rows("messages", "sessionid", session["id"]), 0)
         self.assertEqual(await self.app.store.count_rows("parts", "sessionid", session["id"]), 0)
+
+
+class UnicodeInputTest(TotemCase):
+    async def test_lone_surrogate_refused(self):
+        """Text that is not valid Unicode is refused with 400, never a 500."""
+        project = await self.open_project()
+        answer = await request(self.app, "POST", "/api/sessions_create",
+                               raw_body=('{"projectid": "%s", "name": "\\ud800"}' % project["id"]).encode())
+        self.assertEqual(answer.status, 400)
+        self.assertEqual(answer.json(), [{"name": "name", "error": "must be valid Unicode text (no lone surrogates)"}])
+
+    async def test_non_utf8_folder_refused(self):
+        """A folder whose name is not UTF-8 cannot be opened; the answer says why."""
+        folder = os.path.join(os.fsencode(self.tmp), b"bad\xff")
+        os.makedirs(folder)
+        link = os.path.join(self.tmp, "link")
+        os.symlink(folder, link)
+        answer = await call(self.app, "projects_open", {"path": link})
+        self.assertEqual(answer.status, 400)
+        self.assertIn("not UTF-8", answer.json()[0]["error"])

@@ -240,10 +240,14 @@ class Store:
     def _open_sync(self) -> None:
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
         conn = connect(self.path)
-        migrate(conn)
-        conn.execute("BEGIN IMMEDIATE")
-        _recover_after_crash(conn)
-        conn.execute("COMMIT")
+        try:
+            migrate(conn)
+            conn.execute("BEGIN IMMEDIATE")
+            _recover_after_crash(conn)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.close()
+            raise
         self._writer = threading.Thread(target=self._write_loop, args=(conn,), name="totem-write", daemon=True)
         self._writer.start()
 

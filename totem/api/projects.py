@@ -37,6 +37,10 @@ async def list_projects(ctx):
 
 def _check_folder(path: str) -> str:
     real = os.path.realpath(path)
+    try:
+        real.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadRequest(("path", "folders whose names are not UTF-8 cannot be opened")) from None
     if not os.path.exists(real):
         raise BadRequest(("path", f"{path} does not exist"))
     if not os.path.isdir(real):

@@ -52,6 +52,11 @@ class Input:
         if "\x00" in value:
             self.errors.append((name, "must not contain a NUL character"))
             return default
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            self.errors.append((name, "must be valid Unicode text (no lone surrogates)"))
+            return default
         return value
 
     def boolean(self, name: str, required: bool = False, default=None):

@@ -32,6 +32,7 @@ MAX_PATTERN_CHARS = 1000
 MAX_SCANNED_ENTRIES = 200_000
 WALK_TIMEOUT_SECONDS = 20.0
 GLOB_SPECIALS = frozenset("*?[{\\")
+MAX_GLOB_ALTERNATIVES = 64
 
 
 def compile_glob(pattern: str, name_only: bool = False) -> re.Pattern:
@@ -47,7 +48,8 @@ def compile_glob(pattern: str, name_only: bool = False) -> re.Pattern:
     if name_only and ("/" in pattern or "**" in pattern):
         raise ToolError(f"{pattern!r} must match file names only: no '/' or '**' "
                         "(give the folder as path)")
-    source, _ = _translate(pattern, 0, in_braces=False)
+    sources = [_path_source(alternative) for alternative in _expand_braces(pattern)]
+    source = sources[0] if len(sources) == 1 else "(?:" + "|".join(sources) + ")"
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # "possible set difference" and friends: refuse, not guess
         try:
@@ -197,74 +199,137 @@ def _file_mtime(root: str, entry: os.DirEntry) -> float | None:
     return None  # a socket, a FIFO, a device, or a file that vanished
 
 
-def _translate(pattern: str, i: int, in_braces: bool) -> tuple[str, int]:
-    """Regex source for pattern[i:], up to the end or (inside braces) a top-level ',' or '}'."""
-    out = []
-    n = len(pattern)
+# Translation. Python's re backtracks: a naive `*a*a*a*b` is exponential on a long name, and the
+# GIL is held meanwhile, which would stall the event loop. So, as fnmatch does (bpo-40480), every
+# `*` but the last of a segment becomes an atomic lazy group that commits to the earliest
+# occurrence of the fixed-length text after it, and every `**` but the last commits to the
+# earliest folder where the fixed number of segments after it match. Taking the earliest is
+# never worse when what follows can skip any amount, so the answer is the same, in linear time
+# per star. Braces are expanded first (their alternatives can differ in length).
+
+def _expand_braces(pattern: str) -> list[str]:
+    """The brace-free patterns that `{a,b}` alternatives stand for."""
+    results = [""]
+    i, n = 0, len(pattern)
     while i < n:
         char = pattern[i]
-        if in_braces and char in ",}":
-            break
-        if char == "\\":
-            if i + 1 == n:
-                raise ToolError(f"the glob {pattern!r} ends with a backslash")
-            out.append(re.escape(pattern[i + 1]))
-            i += 2
-        elif pattern.startswith("**", i) and not in_braces and _whole_segment(pattern, i):
-            if i + 2 < n:  # "**/": zero or more folders
-                out.append("(?:[^/]*/)*")
-                i += 3
-            else:  # a final "**": everything below
-                out.append(".*")
-                i += 2
-        elif char == "*":
-            out.append("[^/]*")
-            i += 2 if pattern.startswith("**", i) else 1
-        elif char == "?":
-            out.append("[^/]")
-            i += 1
-        elif char == "[":
-            source, i = _translate_class(pattern, i)
-            out.append(source)
-        elif char == "}":  # ripgrep's globset matches every file for a stray "}": refuse it
+        if char == "{":
+            alternatives, i = _read_alternatives(pattern, i + 1)
+            results = [result + alternative for result in results for alternative in alternatives]
+            if len(results) > MAX_GLOB_ALTERNATIVES:
+                raise ToolError(f"the glob {pattern!r} expands to more than "
+                                f"{MAX_GLOB_ALTERNATIVES} alternatives")
+            continue
+        if char == "}":  # ripgrep's globset matches every file for a stray "}": refuse it
             raise ToolError(f"unmatched }} in the glob {pattern!r} (escape it as \\}})")
-        elif char == "{":
-            if in_braces:
-                raise ToolError(f"nested {{}} are not supported in the glob {pattern!r}")
-            alternatives = []
+        chunk, i = _read_atom(pattern, i)
+        results = [result + chunk for result in results]
+    return results
+
+
+def _read_alternatives(pattern: str, i: int) -> tuple[list[str], int]:
+    alternatives, current = [], ""
+    while True:
+        if i >= len(pattern):
+            raise ToolError(f"unclosed {{ in the glob {pattern!r}")
+        char = pattern[i]
+        if char == "{":
+            raise ToolError(f"nested {{}} are not supported in the glob {pattern!r}")
+        if char in ",}":
+            alternatives.append(current)
+            current = ""
             i += 1
-            while True:
-                source, i = _translate(pattern, i, in_braces=True)
-                alternatives.append(source)
-                if i >= n:
-                    raise ToolError(f"unclosed {{ in the glob {pattern!r}")
-                i += 1
-                if pattern[i - 1] == "}":
-                    break
-            out.append("(?:" + "|".join(alternatives) + ")")
-        else:
-            out.append(re.escape(char))
-            i += 1
-    return "".join(out), i
+            if char == "}":
+                return alternatives, i
+            continue
+        chunk, i = _read_atom(pattern, i)
+        current += chunk
 
 
-def _whole_segment(pattern: str, i: int) -> bool:
-    before_ok = i == 0 or pattern[i - 1] == "/"
-    after_ok = i + 2 == len(pattern) or pattern[i + 2] == "/"
-    return before_ok and after_ok
+def _read_atom(pattern: str, i: int) -> tuple[str, int]:
+    """One escape (`\\x`), one whole class (`[...]`) or one character, as written."""
+    if pattern[i] == "\\":
+        if i + 1 == len(pattern):
+            raise ToolError(f"the glob {pattern!r} ends with a backslash")
+        return pattern[i:i + 2], i + 2
+    if pattern[i] == "[":
+        end = _class_end(pattern, i)
+        return pattern[i:end], end
+    return pattern[i], i + 1
 
 
-def _translate_class(pattern: str, i: int) -> tuple[str, int]:
-    """A `[...]` class starting at pattern[i]; never matches `/`."""
+def _class_end(pattern: str, i: int) -> int:
+    """The index after the `]` closing the class that opens at pattern[i]."""
     j = i + 1
-    negate = j < len(pattern) and pattern[j] in "!^"
-    if negate:
+    if j < len(pattern) and pattern[j] in "!^":
         j += 1
-    body_start = j
     if j < len(pattern) and pattern[j] == "]":  # a leading "]" is literal
         j += 1
     end = pattern.find("]", j)
     if end < 0:
         raise ToolError(f"unclosed [ in the glob {pattern!r}")
-    body = "".join("\\" + char if char in "\\^[]&~|" else char for char in pattern[body_start:end])
-    return (f"[^/{body}]" if negate else f"(?![/])[{body}]"), end + 1
+    return end + 1
+
+
+def _path_source(pattern: str) -> str:
+    """Regex source for one brace-free glob."""
+    blocks: list[list[str]] = [[]]  # runs of segments between ** segments
+    for segment in _split_segments(pattern):
+        if segment == "**":
+            if blocks[-1] or len(blocks) == 1:
+                blocks.append([])
+        else:
+            blocks[-1].append(_segment_source(segment))
+    if len(blocks) == 1:
+        return "/".join(blocks[0])
+    head, middle, last = blocks[0], blocks[1:-1], blocks[-1]
+    source = "".join(segment + "/" for segment in head)
+    for block in middle:
+        source += "(?>(?:[^/]*/)*?" + "".join(segment + "/" for segment in block) + ")"
+    return source + ("(?:[^/]*/)*" + "/".join(last) if last else ".*")
+
+
+def _split_segments(pattern: str) -> list[str]:
+    segments, current, i = [], "", 0
+    while i < len(pattern):
+        if pattern[i] == "/":
+            segments.append(current)
+            current, i = "", i + 1
+            continue
+        chunk, i = _read_atom(pattern, i)
+        current += chunk
+    return segments + [current]
+
+
+def _segment_source(segment: str) -> str:
+    """Regex source for one segment: never matches `/`, linear in the length of a name."""
+    pieces: list[str] = [""]  # the fixed-length texts between stars
+    i = 0
+    while i < len(segment):
+        char = segment[i]
+        if char == "*":
+            if pieces[-1] or len(pieces) == 1:
+                pieces.append("")
+            i += 1
+        elif char == "?":
+            pieces[-1] += "[^/]"
+            i += 1
+        elif char == "[":
+            end = _class_end(segment, i)
+            pieces[-1] += _class_source(segment[i + 1:end - 1])
+            i = end
+        else:
+            chunk, i = _read_atom(segment, i)
+            pieces[-1] += re.escape(chunk[-1])
+    if len(pieces) == 1:
+        return pieces[0]
+    middle = "".join(f"(?>[^/]*?{piece})" for piece in pieces[1:-1] if piece)
+    return pieces[0] + middle + "[^/]*" + pieces[-1]
+
+
+def _class_source(body: str) -> str:
+    negate = body[:1] in ("!", "^")
+    if negate:
+        body = body[1:]
+    escaped = "".join("\\" + char if char in "\\^[]&~|" else char for char in body)
+    return f"[^/{escaped}]" if negate else f"(?!/)[{escaped}]"

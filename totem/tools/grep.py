@@ -1,7 +1,7 @@
 """The grep tool: lines of the project's files that match a regular expression.
 
 Two engines give the same answer for the same tree: ripgrep when `rg` is on PATH, and a walk in
-Python otherwise. Both search every file below the path (hidden ones too; .gitignore is not
+Python otherwise (in a child process, killed at the deadline like rg). Both search every file below the path (hidden ones too; .gitignore is not
 consulted, since the Python walk cannot honour it identically), except: the `.git` folder,
 symbolic links (never followed), files over MAX_FILE_BYTES, binary files (a NUL byte anywhere),
 and the protected `.env` files (the spec: search skips them, even as the explicit path). They
@@ -26,8 +26,8 @@ import os
 import re
 import shutil
 import stat
+import sys
 import tempfile
-import threading
 import time
 import warnings
 from collections.abc import Iterator
@@ -65,6 +65,10 @@ ENV_IGNORE_RULES = """\
 """
 # Patterns that can match differently on a whole file than on one line: no whole-file pre-check.
 _LINE_ONLY_SYNTAX = re.compile(r"\\[AZz]|\(\?<?[=!]")
+# The child of search_with_python imports this module from the folder that holds the package.
+_PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_CHILD_CODE = (f"import sys; sys.path.insert(0, {_PACKAGE_PARENT!r}); "
+               f"from {__name__} import serve_child; serve_child()")
 
 
 @dataclass(frozen=True)
@@ -80,7 +84,8 @@ class Query:
 
 @dataclass
 class Found:
-    """Matching lines as (project-relative path, line number, text), in visiting order."""
+    """Matching lines as (project-relative path, line number, text cut by cut_line), in visiting
+    order."""
 
     matches: list[tuple[str, int, str]]
     more: bool = False  # there were more than MAX_MATCHES_COUNTED
@@ -179,7 +184,7 @@ def format_found(found: Found, query: Query, where: str, engine: str = "") -> To
         return ToolResult(f"No matches for {query.pattern!r} in {where}.", title=title, data=data)
     lines = [f"{count.capitalize()} matching line{'' if count == '1' else 's'} in {files} "
              f"file{'' if files == 1 else 's'}:"]
-    lines.extend(f"{path}:{number}: {cut_line(text)}" for path, number, text in shown)
+    lines.extend(f"{path}:{number}: {text}" for path, number, text in shown)
     if data["truncated"]:
         lines.append(f"(showing {len(shown)} of {count} matching lines; narrow the pattern, "
                      "path or include to see the rest)")
@@ -255,7 +260,8 @@ async def _read_rg_output(stream: asyncio.StreamReader, root: str, found: Found)
         kind, data = message.get("type"), message.get("data", {})
         if kind == "match" and len(found.matches) + len(pending) <= MAX_MATCHES_COUNTED:
             path = boundary.relative_path(root, _rg_text(data["path"]))
-            pending.append((path, data["line_number"], _strip_newline(_rg_text(data["lines"]))))
+            text = cut_line(_strip_newline(_rg_text(data["lines"])))
+            pending.append((path, data["line_number"], text))
         elif kind == "end":
             if data.get("binary_offset") is None:
                 found.matches.extend(pending)
@@ -276,23 +282,54 @@ def _rg_text(value: dict) -> str:
 # Python
 
 async def search_with_python(query: Query) -> Found:
-    """Search with the re module, off the loop. Raises ToolError for an invalid pattern or a
-    timeout.
+    """Search with the re module, in a child Python process. Raises ToolError for an invalid
+    pattern or a timeout.
 
-    The walk checks its deadline between files; the wait for it has the same deadline, so that
-    a regex that backtracks for ever on one line (Python's re has no time limit, ripgrep's
-    engine is linear) still answers in time, though its thread runs on until that line is done.
+    Not a thread: Python's re holds the GIL while it matches, so a regex that backtracks for
+    minutes on one line (ripgrep's engine is linear, re's is not) would stall the event loop and
+    could not be stopped. A child process is killed at the deadline like ripgrep.
     """
-    line_regex, file_regex = _compile_pattern(query.pattern, query.ignore_case)
-    include = compile_glob(query.include, name_only=True) if query.include else None
-    stop = threading.Event()
+    _compile_pattern(query.pattern, query.ignore_case)  # refuse a bad regex before spawning
+    request = json.dumps({"root": query.root, "start": query.start, "pattern": query.pattern,
+                          "include": query.include, "ignore_case": query.ignore_case,
+                          "timeout": TIMEOUT_SECONDS}).encode()
+    try:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-I", "-c", _CHILD_CODE, stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=query.root,
+            env={}, start_new_session=True)
+    except OSError as exc:
+        raise ToolError(f"cannot start the search: {exc.strerror or exc}") from None
     try:
         async with asyncio.timeout(TIMEOUT_SECONDS):
-            return await asyncio.to_thread(_search_files, query, line_regex, file_regex, include, stop)
+            stdout, stderr = await process.communicate(request)
     except TimeoutError:
         raise ToolError(_timeout_message()) from None
     finally:
-        stop.set()  # a cancelled or late run leaves the thread: make it end soon
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    try:
+        answer = json.loads(stdout)
+    except ValueError:
+        detail = stderr.decode("utf-8", "replace").strip()[-MAX_ERROR_CHARS:]
+        raise ToolError(f"the search failed: {detail or f'exit status {process.returncode}'}") from None
+    if "error" in answer:
+        raise ToolError(answer["error"])
+    return Found([(path, number, text) for path, number, text in answer["matches"]], answer["more"])
+
+
+def serve_child() -> None:
+    """The child side of search_with_python: a JSON query on stdin, a JSON answer on stdout."""
+    request = json.load(sys.stdin)
+    query = Query(request["root"], request["start"], request["pattern"], request["include"],
+                  request["ignore_case"])
+    try:
+        found = _search_files(query, time.monotonic() + request["timeout"])
+        answer = {"matches": found.matches, "more": found.more}
+    except ToolError as exc:
+        answer = {"error": str(exc)}
+    json.dump(answer, sys.stdout)
 
 
 def _timeout_message() -> str:
@@ -313,16 +350,16 @@ def _compile_pattern(pattern: str, ignore_case: bool) -> tuple[re.Pattern, re.Pa
     return line_regex, file_regex
 
 
-def _search_files(query: Query, line_regex: re.Pattern, file_regex: re.Pattern | None,
-                  include: re.Pattern | None, stop: threading.Event) -> Found:
+def _search_files(query: Query, deadline: float) -> Found:
+    line_regex, file_regex = _compile_pattern(query.pattern, query.ignore_case)
+    include = compile_glob(query.include, name_only=True) if query.include else None
     found = Found([])
-    deadline = time.monotonic() + TIMEOUT_SECONDS
     if os.path.isdir(query.start):
         files = _walk_sorted(query.start, include)
     else:
         files = iter([query.start])  # an explicit file: checked by _check_start, include ignored
     for path in files:
-        if stop.is_set() or time.monotonic() > deadline:
+        if time.monotonic() > deadline:
             raise ToolError(_timeout_message())
         try:
             with open(path, "rb") as handle:
@@ -340,7 +377,7 @@ def _search_files(query: Query, line_regex: re.Pattern, file_regex: re.Pattern |
             lines.pop()
         for number, line in enumerate(lines, 1):
             if line_regex.search(line):
-                found.matches.append((relative, number, _strip_newline(line)))
+                found.matches.append((relative, number, cut_line(_strip_newline(line))))
         if len(found.matches) > MAX_MATCHES_COUNTED:
             del found.matches[MAX_MATCHES_COUNTED:]
             found.more = True
