@@ -16,10 +16,6 @@ import os
 import secrets
 import stat
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 VERSION = 1
 NONCE_BYTES = 12
@@ -46,15 +42,26 @@ class VaultError(RuntimeError):
 class Vault:
     """Encrypts and decrypts provider keys. Build it with `Vault.open(config)`."""
 
-    __slots__ = ("_aead",)
+    __slots__ = ("_material", "_aead")
 
     def __init__(self, secret: str | bytes):
         """Derive the key from a secret (text or bytes). Raises VaultError for a short secret."""
         material = secret.encode() if isinstance(secret, str) else bytes(secret)
         if len(material) < MIN_SECRET_CHARS:
             raise VaultError(f"the secret must be at least {MIN_SECRET_CHARS} characters")
-        key = HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=HKDF_SALT, info=HKDF_INFO).derive(material)
-        self._aead = AESGCM(key)
+        self._material = material
+        self._aead = None
+
+    def _cipher(self):
+        # cryptography costs ~25 ms and ~9 MB to import: paid on the first key, not at start-up.
+        if self._aead is None:
+            from cryptography.hazmat.primitives import hashes
+            from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+            from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+            key = HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=HKDF_SALT,
+                       info=HKDF_INFO).derive(self._material)
+            self._aead = AESGCM(key)
+        return self._aead
 
     @classmethod
     def open(cls, config) -> Vault:
@@ -69,7 +76,7 @@ class Vault:
         """The stored form of `text`: version, random nonce, ciphertext and tag."""
         nonce = os.urandom(NONCE_BYTES)
         header = bytes((VERSION,))
-        return header + nonce + self._aead.encrypt(nonce, text.encode("utf-8"), header)
+        return header + nonce + self._cipher().encrypt(nonce, text.encode("utf-8"), header)
 
     def decrypt(self, blob: bytes) -> str:
         """The text of a stored value. Raises VaultError for an unknown version, a damaged value,
@@ -80,8 +87,10 @@ class Vault:
         if blob[0] != VERSION:
             raise VaultError(f"a stored key has an unknown format (version {blob[0]})")
         nonce, sealed = blob[1:1 + NONCE_BYTES], blob[1 + NONCE_BYTES:]
+        cipher = self._cipher()
+        from cryptography.exceptions import InvalidTag
         try:
-            plain = self._aead.decrypt(nonce, sealed, blob[:1])
+            plain = cipher.decrypt(nonce, sealed, blob[:1])
         except InvalidTag:
             raise VaultError("a stored key cannot be decrypted: the secret (config 'secret' or "
                              f"the data folder's {SECRET_FILE}) is not the one it was saved with; "
