@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test bench clean
+.PHONY: run test bench clean system-packages
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -17,9 +17,14 @@ $(VENV)/.dev: requirements.txt requirements-dev.txt | $(BIN)/python
 	touch $@
 
 run: $(VENV)/.runtime
+	@$(BIN)/python -m compileall -q totem >/dev/null
 	$(BIN)/python totem.py
 
-test: $(VENV)/.dev
+# Debian packages the tests use: ripgrep (grep's fast path; the Python fallback is tested too).
+system-packages:
+	@command -v rg >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq ripgrep >/dev/null; }
+
+test: $(VENV)/.dev system-packages
 	PYTHONASYNCIODEBUG=1 $(BIN)/python -X dev -W error -m pytest -q tests
 
 bench: $(VENV)/.runtime

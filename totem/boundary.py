@@ -37,6 +37,8 @@ def resolve_inside(root: str, path: str) -> str:
         raise BoundaryError("the path contains a NUL byte")
     if len(path) > MAX_PATH_CHARS:
         raise BoundaryError(f"the path is longer than {MAX_PATH_CHARS} characters")
+    if path == "~" or path.startswith("~/"):
+        raise BoundaryError("~ is not expanded here; give a path relative to the project")
     base = real_root(root)
     joined = os.path.normpath(os.path.join(base, path))
     resolved = os.path.realpath(joined)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import os
+import random
+import re
 
 import pytest
 
@@ -259,3 +262,52 @@ def test_compile_glob_escapes_regex_syntax():
     regex = compile_glob("a+(b)|c.$[.]\\*")
     assert regex.fullmatch("a+(b)|c.$.*")
     assert not regex.fullmatch("aa(b)|c.$.*")
+
+
+def reference_match(pattern: str, path: str) -> bool:
+    """An obviously correct (and exponential) glob matcher, for small inputs."""
+    brace = re.search(r"\{([^{}]*)\}", pattern)
+    if brace:
+        return any(reference_match(pattern[:brace.start()] + option + pattern[brace.end():], path)
+                   for option in brace.group(1).split(","))
+    return _segments_match(pattern.split("/"), path.split("/"))
+
+
+def _segments_match(patterns: list[str], names: list[str]) -> bool:
+    if not patterns:
+        return not names
+    if patterns[0] == "**":
+        if len(patterns) == 1:
+            return bool(names)  # a final ** matches everything below, at least one name
+        return any(_segments_match(patterns[1:], names[i:]) for i in range(len(names) + 1))
+    return bool(names) and fnmatch.fnmatchcase(names[0], patterns[0]) and \
+        _segments_match(patterns[1:], names[1:])
+
+
+def test_compile_glob_agrees_with_reference():
+    """On thousands of random globs and paths, compile_glob answers as a plain recursive matcher."""
+    generator = random.Random(20240601)
+    atoms = ["a", "b", ".", "*", "?", "/", "**/", "[ab]", "[!a]", "{a,b*}", "{,?b}"]
+    for _ in range(4000):
+        pattern = "".join(generator.choice(atoms) for _ in range(generator.randint(1, 7)))
+        pattern = "/".join(part for part in pattern.split("/") if part) or "*"
+        path = "/".join("".join(generator.choice("ab.") for _ in range(generator.randint(1, 5)))
+                        for _ in range(generator.randint(1, 4)))
+        expected = reference_match(pattern, path)
+        assert bool(compile_glob(pattern).fullmatch(path)) == expected, (pattern, path)
+
+
+def test_compile_glob_no_catastrophic_backtracking():
+    """Many stars against a long name answer at once (a naive regex would run for hours)."""
+    name = "a" * 300
+    assert not compile_glob("*a*a*a*a*a*a*a*a*a*a*a*b").fullmatch(name)
+    assert compile_glob("*a*a*a*a*a*a*a*a*a*a*a*a").fullmatch(name)
+    deep = "/".join(["a"] * 60) + "/c"
+    assert not compile_glob("**/a/**/a/**/a/**/a/**/a/**/a/**/b").fullmatch(deep)
+    assert compile_glob("**/a/**/a/**/a/**/a/**/a/**/a/**/c").fullmatch(deep)
+
+
+def test_compile_glob_alternatives_capped():
+    """Brace alternatives that multiply past the cap are refused."""
+    with pytest.raises(ToolError, match="more than 64 alternatives"):
+        compile_glob("{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}")

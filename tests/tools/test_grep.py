@@ -224,7 +224,7 @@ def test_grep_tilde_not_home(engine, tmp_path, monkeypatch):
     home.mkdir()
     (home / "notes.txt").write_text("needle\n")
     monkeypatch.setenv("HOME", str(home))
-    assert refusal(engine, root, pattern="needle", path="~") == "not found: ~"
+    assert refusal(engine, root, pattern="needle", path="~") == "~ is not expanded here; give a path relative to the project"
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -284,19 +284,17 @@ def test_grep_timeout(engine, tmp_path, monkeypatch):
     assert refusal(engine, root, pattern="x").startswith("the search took longer than 0 s and was stopped")
 
 
-def test_grep_python_backtracking_answers_in_time(tmp_path, monkeypatch):
-    """A regex that backtracks for long on one line still gets its answer at the deadline."""
+def test_grep_python_backtracking_killed(tmp_path, monkeypatch):
+    """A regex that would backtrack for hours in Python's re is stopped at the deadline.
+
+    The Python engine runs in a child process: were it a thread, this test would hang (re holds
+    the GIL, so not even the event loop's timeout could fire).
+    """
     root = project(tmp_path)
-    write(root, "a.txt", "a" * 22 + "b\n")  # about half a second for (a+)+$ in Python's re
-    monkeypatch.setattr(grep_module, "TIMEOUT_SECONDS", 0.05)
-
-    async def scenario():
-        started = asyncio.get_running_loop().time()
-        with pytest.raises(ToolError, match="took longer than 0.05 s"):
-            await GrepTool("python").run({"pattern": "(a+)+$"}, ToolContext(root, "s1"))
-        return asyncio.get_running_loop().time() - started
-
-    assert asyncio.run(scenario()) < 0.4
+    write(root, "a.txt", "a" * 40 + "b\n")
+    monkeypatch.setattr(grep_module, "TIMEOUT_SECONDS", 0.5)
+    assert refusal("python", root, pattern="(a+)+$") == (
+        "the search took longer than 0.5 s and was stopped; narrow the path or use include")
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -373,6 +371,7 @@ PARITY_QUERIES = [
     {"pattern": "^alpha$"},
     {"pattern": "alpha", "include": "*.{py,ts,tsx}"},
     {"pattern": "alpha", "include": "*.[pt]?", "ignore_case": True},
+    {"pattern": "alpha", "include": "{a*,*.t[s],[!a-z]*}"},
     {"pattern": r"\balpha\b", "path": "src"},
     {"pattern": "ALPHA|Alpha", "path": "A/upper.py"},
     {"pattern": r"console\.log\(\w+\)$", "path": "src/main.ts"},

@@ -224,7 +224,7 @@ def test_read_tilde_not_expanded(tmp_path, monkeypatch):
     home.mkdir()
     (home / "secret.txt").write_text("HOME SECRET\n")
     monkeypatch.setenv("HOME", str(home))
-    assert refusal(root, path="~/secret.txt") == "file not found: ~/secret.txt (the folder ~ does not exist)"
+    assert refusal(root, path="~/secret.txt") == "~ is not expanded here; give a path relative to the project"
 
 
 def test_read_symlink_out_refused(tmp_path):
