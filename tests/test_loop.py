@@ -4,13 +4,39 @@ import asyncio
 import base64
 import glob
 import json
+import logging
 import os
 import time
 
+from totem.tools import Registry, Tool, ToolResult, default_registry
 from tests.model_server import HttpError, ScriptedModel, Stall, reply, text_chunks
 from tests.utils import MS, TotemCase, call, next_event, open_ws, request
 
 KEY = "sk-test-NEVER-LEAK-0123456789abcdef"
+
+
+class WaitTool(Tool):
+    """A tool that runs until it is cancelled: a stand-in for a long search."""
+
+    name = "wait"
+    description = "Wait."
+    schema = {"type": "object", "properties": {}, "additionalProperties": False}
+
+    def __init__(self):
+        self.started = asyncio.Event()
+        self.cancelled = False
+
+    def subjects(self, args, ctx):
+        return ["."]
+
+    async def run(self, args, ctx):
+        self.started.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            self.cancelled = True
+            raise
+        return ToolResult("never")
 
 
 class LoopCase(TotemCase):
@@ -137,6 +163,23 @@ class LoopTest(LoopCase):
         self.assertEqual(stored[-1]["parts"][0]["status"], "aborted")
         self.assertTrue(stored[-1]["parts"][0]["text"].startswith("partial"))
 
+    async def test_abort_mid_tool(self):
+        """Abort while a tool runs cancels it, closes its part as aborted and ends the run."""
+        tool = WaitTool()
+        self.app.runs.registry = Registry([*(default_registry().get(n) for n in default_registry().names()), tool])
+        self.model.script(reply(tool_calls=[("wait", {})]))
+        await self.prompt()
+        await asyncio.wait_for(tool.started.wait(), 2000 * MS)
+        started = time.monotonic()
+        answer = await call(self.app, "sessions_abort", ident=self.session["id"], method="POST")
+        self.assertEqual(answer.status, 200)
+        await self.events_until("aborted")
+        self.assertLess(time.monotonic() - started, 1.0)
+        self.assertTrue(tool.cancelled)
+        stored = (await call(self.app, "sessions_messages", ident=self.session["id"])).json()["messages"]
+        self.assertEqual(stored[-1]["parts"][0]["status"], "aborted")
+        self.assertIsNotNone(stored[-1]["parts"][0]["closed"])
+
     async def test_second_prompt_while_running_refused(self):
         """A prompt while the session runs is refused with 400, never interleaved."""
         self.model.script(Stall(events=text_chunks("slow")))
@@ -257,10 +300,17 @@ class LoopTest(LoopCase):
         self.assertEqual(len(self.model.requests), 3)
 
     async def test_key_never_leaks(self):
-        """The provider key is in no answer, no event and not in clear in the database."""
-        self.model.script(reply(tool_calls=[("read", {"path": "a.txt"})]), reply("ok"))
+        """The provider key is in no answer, no event, no log line and not in clear in the database."""
+        records = []
+        handler = logging.Handler(logging.DEBUG)
+        handler.emit = lambda record: records.append(record.getMessage() + str(record.args) + str(record.exc_info))
+        logging.getLogger().addHandler(handler)
+        self.addCleanup(logging.getLogger().removeHandler, handler)
+        self.model.script(reply(tool_calls=[("read", {"path": "a.txt"})]), HttpError(
+            {"error": {"message": f"Incorrect API key provided: {KEY}"}}, 401))
         await self.prompt()
-        events = await self.events_until("idle")
+        events = await self.events_until("error")
+        self.assertFalse([r for r in records if KEY in r])
         self.assertEqual(self.model.requests[0].headers.get("authorization"), f"Bearer {KEY}")
         self.assertNotIn(KEY, json.dumps(events))
         for name, ident in (("providers", None), ("sessions_messages", self.session["id"]),

@@ -21,6 +21,7 @@ from ..events import (MessageCreated, PartClosed, PartCreated, PartDelta, PartUp
 from ..store import now_ms, session_view
 from ..tools import ToolContext, ToolError
 from . import client
+from .providers import redact
 from .context import history_messages, load_prompt, system_message, to_ollama_native
 from .stream import (ProviderError, ReasoningDelta, StreamEnd, StreamError, TextDelta, ToolCall,
                      ToolCallStarted, Usage, extract_text_tool_calls)
@@ -69,6 +70,7 @@ class _Run:
     task: asyncio.Task | None = None
     open_parts: dict[str, _OpenPart] = field(default_factory=dict)
     questions: set[str] = field(default_factory=set)
+    key: str | None = None  # the provider key, kept out of every message this run publishes
 
 
 class Runs:
@@ -183,7 +185,7 @@ class Runs:
         except asyncio.CancelledError:
             status = "aborted"
         except ProviderError as exc:
-            self.hub.publish(RunError(sessionid, exc.message, False))
+            self.hub.publish(RunError(sessionid, redact(exc.message, run.key), False))
             status = "error"
         except Exception:
             log.exception("run of session %s failed", sessionid)
@@ -206,6 +208,7 @@ class Runs:
 
     async def _steps(self, run: _Run) -> str:
         target = await self.providers.target(run.prompt.model)
+        run.key = target.key
         repeats: list[str] = []
         for _step in range(self.steps):
             message, calls = await self._answer_with_retries(run, target)
@@ -238,7 +241,8 @@ class Runs:
                     raise
                 delay = exc.retry_after if exc.retry_after is not None else self.backoff_first_s * 2 ** (attempt - 1)
                 delay = min(delay, BACKOFF_MAX_S)
-                self.hub.publish(RunError(run.session["id"], f"{exc.message} Trying again in {delay:g} s.", True))
+                message = redact(f"{exc.message} Trying again in {delay:g} s.", run.key)
+                self.hub.publish(RunError(run.session["id"], message, True))
                 await asyncio.sleep(delay)
 
     async def _request_body(self, run: _Run, target) -> dict:
