@@ -1,0 +1,449 @@
+"""Benchmark of the agent loop: the relay of streamed text, the cost of a step, the request size.
+
+Spawns the real server (bench/startup.py's `running_server`, a temporary data folder and free
+port) and, in this process on loopback, the scripted model of tests/model_server.py (stdlib and
+asyncio only, so the runtime venv is enough) and a `websockets` client subscribed to the
+sessions. Every timestamp is taken in this process (the model writes, the client receives), so
+one clock serves both ends. It measures and reports; it asserts nothing and changes nothing in
+totem/.
+
+Figures:
+- the size of the first request body of a fresh session (all tools declared), of its `tools`
+  array alone and of its system prompt;
+- relay, flood: the model streams RELAY_DELTAS text deltas as FastStream does (64 KB writes, as
+  fast as the socket takes them), each delta's text being the perf_counter_ns() of its write.
+  Deltas per second delivered to the client (first write to last receipt); the server's CPU
+  time per delta (/proc/<pid>/stat, 10 ms ticks) says whether the server is the bottleneck; the
+  p50/p99 of write-to-receipt are informative only: under a flood the kernel buffers hold most
+  of the stream at once, so they measure the queue;
+- relay, paced: PACED_DELTAS deltas written one by one every PACED_INTERVAL_S, as a provider
+  sends tokens: write-to-receipt p50/p99 (two loopback hops, the server, the client's parsing),
+  then the same pacing through a bare asyncio echo process (the floor: two loopback hops through
+  a Python process that does nothing). What the server adds is the difference, the < 1 ms
+  target at p99; on a busy machine both p99s mostly measure the scheduler;
+- the server's RSS before the relay and its peak (VmHWM) after it;
+- per-step overhead: a STEPS-step run where each answer is one `read` of a small file (a
+  different file each time, so the loop guard never asks), then a final text answer; from the
+  model's side, the time from the last byte of one answer written to the next request read
+  whole (tool run, storage, history and request building, connecting): median and p99.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+from startup import (HOST, ROOT, BenchError, percentile, running_server, server_env,
+                     wait_until_ready)
+from websockets.asyncio.client import connect as ws_connect
+from websockets.exceptions import ConnectionClosed
+
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)  # for tests.model_server, which imports nothing of Totem
+
+from tests.model_server import (FAST_WRITE_BYTES, MODEL_ID, ScriptedModel, _send_head,  # noqa: E402
+                                chunk, encode_events, finish_chunk, reply, usage_chunk)
+
+RELAY_DELTAS = 20_000
+RELAY_RATE_TARGET = 20_000  # deltas per second, at least
+PACED_DELTAS = 1_000
+PACED_INTERVAL_S = 0.002
+RELAY_ADDED_P99_TARGET_MS = 1.0
+STEPS = 20
+STEP_TARGET_MS = 15.0
+FILE_LINES = 20
+PEER_REQUEST_BYTES = 32 * 1024  # what a popular peer sends as its first request
+STAMP_WIDTH = 16  # digits of a delta's timestamp: fixed, so that joined deltas can be split
+API_TIMEOUT_S = 10.0
+RUN_TIMEOUT_S = 30.0
+PROMPT = "Read the files and tell me what they say."
+
+
+# -- the scripted model, with timestamps ------------------------------------------------------
+
+
+@dataclass
+class TimedDeltas:
+    """`count` content deltas whose text is the perf_counter_ns() of their write, zero-padded to
+    STAMP_WIDTH digits. `per_write` deltas leave in each write; with `interval`, the writes are
+    that far apart, else as fast as the socket takes them (as FastStream)."""
+    count: int
+    per_write: int = 1
+    interval: float = 0.0
+
+
+class TimedModel(ScriptedModel):
+    """ScriptedModel that also answers TimedDeltas and notes, per chat request, when it was read
+    whole (`arrivals`) and when the last byte of its answer was written (`ends`), in ns."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.arrivals: list[int] = []
+        self.ends: list[int] = []
+
+    async def _respond(self, request, reader, writer) -> None:
+        is_chat = request.method == "POST" and request.path.endswith("/chat/completions")
+        if is_chat:
+            self.arrivals.append(time.perf_counter_ns())
+        await super()._respond(request, reader, writer)
+        if is_chat:
+            self.ends.append(time.perf_counter_ns())
+
+    async def _send(self, response, reader, writer) -> None:
+        if isinstance(response, TimedDeltas):
+            await self._send_timed(writer, response)
+        else:
+            await super()._send(response, reader, writer)
+
+    async def _send_timed(self, writer: asyncio.StreamWriter, timed: TimedDeltas) -> None:
+        marker = "@" * STAMP_WIDTH
+        before, after = encode_events([chunk({"content": marker})], done=False).split(marker.encode())
+        head = encode_events([chunk({"role": "assistant", "content": ""})], done=False)
+        tail = encode_events([finish_chunk(), usage_chunk(10, timed.count)])
+        await _send_head(writer, 200, {"Content-Type": "text/event-stream",
+                                       "Cache-Control": "no-cache", "Transfer-Encoding": "chunked"})
+        await _write_chunk(writer, head)
+        left = timed.count
+        while left:
+            batch = min(left, timed.per_write)
+            stamp = b"%0*d" % (STAMP_WIDTH, time.perf_counter_ns())
+            await _write_chunk(writer, (before + stamp + after) * batch)
+            left -= batch
+            await asyncio.sleep(timed.interval)
+        await _write_chunk(writer, tail)
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
+
+async def _write_chunk(writer: asyncio.StreamWriter, data: bytes) -> None:
+    writer.write(b"%x\r\n%s\r\n" % (len(data), data))
+    await writer.drain()
+
+
+def deltas_per_write(budget: int = FAST_WRITE_BYTES) -> int:
+    """How many timestamped deltas fit in one FastStream-sized write."""
+    one = encode_events([chunk({"content": "0" * STAMP_WIDTH})], done=False)
+    return max(1, budget // len(one))
+
+
+# -- a small API client -----------------------------------------------------------------------
+
+
+async def api(port: int, name: str, body=None, ident: str | None = None):
+    """Call `/api/name[/ident]` (POST with a JSON body, GET without); the JSON answer.
+    Raises BenchError unless 200."""
+    path = f"/api/{name}" + (f"/{ident}" if ident else "")
+    payload = b"" if body is None else json.dumps(body).encode()
+    method = "GET" if body is None else "POST"
+    head = (f"{method} {path} HTTP/1.1\r\nHost: {HOST}:{port}\r\nConnection: close\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n")
+    async with asyncio.timeout(API_TIMEOUT_S):
+        reader, writer = await asyncio.open_connection(HOST, port)
+        try:
+            writer.write(head.encode("latin-1") + payload)
+            await writer.drain()
+            answer = await reader.readuntil(b"\r\n\r\n")
+            lines = answer.decode("latin-1").split("\r\n")
+            status = int(lines[0].split(" ")[1])
+            length = 0
+            for line in lines[1:]:
+                key, _, value = line.partition(":")
+                if key.strip().lower() == "content-length":
+                    length = int(value)
+            data = await reader.readexactly(length)
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+    if status != 200:
+        raise BenchError(f"{method} {path} answered {status}: {data[:300]!r}")
+    return json.loads(data)
+
+
+class Bench:
+    """The server's port, the model, the WebSocket and the project of one measurement."""
+
+    def __init__(self, port: int, model: TimedModel, ws, project: dict, modelref: str) -> None:
+        self.port = port
+        self.model = model
+        self.ws = ws
+        self.project = project
+        self.modelref = modelref
+        self.syncs = 0
+
+    async def new_session(self) -> str:
+        """A session, subscribed: a subscription to an unknown id after it answers an error
+        event, and the server handles a connection's messages in order."""
+        session = await api(self.port, "sessions_create", {"projectid": self.project["id"]})
+        self.syncs += 1
+        marker = f"bench-sync-{self.syncs}"
+        await self.ws.send(json.dumps({"type": "subscribe", "sessionid": session["id"]}))
+        await self.ws.send(json.dumps({"type": "subscribe", "sessionid": marker}))
+        async with asyncio.timeout(API_TIMEOUT_S):
+            while True:
+                event = json.loads(await self.ws.recv())
+                if event["type"] == "error" and event["sessionid"] == marker:
+                    return session["id"]
+
+    async def run(self, sessionid: str, *responses) -> list[tuple[int, str]]:
+        """Script the answers, send the prompt and collect (receipt ns, raw frame) of every
+        part.delta of the session until it is idle again. Raises BenchError when the run ends
+        otherwise or the client is dropped."""
+        self.model.script(*responses)
+        await api(self.port, "sessions_prompt", {"text": PROMPT, "model": self.modelref}, sessionid)
+        deltas = []
+        recv = self.ws.recv
+        clock = time.perf_counter_ns
+        try:
+            async with asyncio.timeout(RUN_TIMEOUT_S):
+                while True:
+                    raw = await recv()
+                    now = clock()
+                    if '"part.delta"' in raw:  # parsed afterwards, to keep the client cheap
+                        deltas.append((now, raw))
+                        continue
+                    event = json.loads(raw)
+                    if event["type"] == "session.status" and event["sessionid"] == sessionid:
+                        status = event["data"]["status"]
+                        if status == "idle":
+                            return deltas
+                        if status != "running":
+                            raise BenchError(f"the run ended {status}")
+                    elif event["type"] == "error" and event["sessionid"] == sessionid:
+                        raise BenchError(f"the run failed: {event['data']['message']}")
+        except ConnectionClosed as exc:
+            raise BenchError(f"the server closed the WebSocket after {len(deltas)} deltas: "
+                             f"{exc.rcvd.code if exc.rcvd else ''} {exc.rcvd.reason if exc.rcvd else ''}"
+                             ) from None
+        except TimeoutError:
+            raise BenchError(f"the run did not end within {RUN_TIMEOUT_S} s "
+                             f"({len(deltas)} deltas received)") from None
+
+
+def latencies_ms(deltas: list[tuple[int, str]]) -> list[float]:
+    """Write-to-receipt of every model delta (a frame may carry several), in ms, sorted."""
+    result = []
+    for received, raw in deltas:
+        text = json.loads(raw)["data"]["text"]
+        for start in range(0, len(text), STAMP_WIDTH):
+            result.append((received - int(text[start:start + STAMP_WIDTH])) / 1e6)
+    result.sort()
+    return result
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User plus system CPU time of a process so far (/proc/<pid>/stat), or None without /proc."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+            fields = handle.read().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_rows(label: str, pid: int, deltas: int, server_before: float | None,
+             bench_before: float) -> list[tuple]:
+    """Microseconds of CPU per delta: the server's, and this process's (model and client)."""
+    rows = []
+    server_after = cpu_seconds(pid)
+    if server_before is not None and server_after is not None:
+        rows.append((f"{label}: server CPU per delta", (server_after - server_before) / deltas * 1e6,
+                     "us", "", None))
+    rows.append((f"{label}: bench CPU per delta (model and client)",
+                 (time.process_time() - bench_before) / deltas * 1e6, "us", "", None))
+    return rows
+
+
+def read_status_kb(pid: int, field: str) -> int | None:
+    """A `kB` line of /proc/<pid>/status (VmHWM, VmRSS), or None where /proc is not available."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+# -- the floor: what two loopback hops through any Python process cost here --------------------
+
+ECHO_SERVER = """
+import asyncio
+
+async def handle(reader, writer):
+    while data := await reader.read(65536):
+        writer.write(data)
+    writer.close()
+
+async def main():
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    print(server.sockets[0].getsockname()[1], flush=True)
+    await asyncio.sleep(3600)
+
+asyncio.run(main())
+"""
+
+
+async def echo_floor() -> list[float]:
+    """Write-to-receipt in ms (sorted) of PACED_DELTAS stamps sent every PACED_INTERVAL_S through
+    a bare asyncio echo process: the same two loopback hops and one Python process as the relay,
+    with nothing done in between; what the machine costs, not Totem."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", ECHO_SERVER, stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, env=server_env(None))
+    writer = None
+    try:
+        async with asyncio.timeout(API_TIMEOUT_S + PACED_DELTAS * PACED_INTERVAL_S * 4):
+            port = int(await process.stdout.readline())
+            reader, writer = await asyncio.open_connection(HOST, port)
+            result = []
+            for _ in range(PACED_DELTAS):
+                writer.write(b"%0*d" % (STAMP_WIDTH, time.perf_counter_ns()))
+                await writer.drain()
+                stamp = int(await reader.readexactly(STAMP_WIDTH))
+                result.append((time.perf_counter_ns() - stamp) / 1e6)
+                await asyncio.sleep(PACED_INTERVAL_S)
+    finally:
+        if writer is not None:
+            writer.close()
+        if process.returncode is None:
+            process.kill()
+        await process.wait()
+    result.sort()
+    return result
+
+
+# -- the measurements -------------------------------------------------------------------------
+
+
+async def measure_request(bench: Bench) -> list[tuple]:
+    """A first short run (it warms the server up too): the size of the request a new session
+    sends."""
+    first = len(bench.model.requests)
+    await bench.run(await bench.new_session(), reply("Hello."))
+    request = bench.model.requests[first]
+    tools = request.body.get("tools", [])
+    # Serialized as the server does (client._build_request), so these are bytes of the body.
+    tools_bytes = len(json.dumps(tools, ensure_ascii=False, separators=(",", ":")).encode())
+    rows = [("request: first body of a session", len(request.raw_body), "bytes",
+             f"< {PEER_REQUEST_BYTES:,} (a peer)", len(request.raw_body) < PEER_REQUEST_BYTES),
+            (f"request: its tools array ({len(tools)} tools)", tools_bytes, "bytes", "", None)]
+    system = request.body["messages"][0]
+    if system.get("role") == "system" and isinstance(system.get("content"), str):
+        rows.append(("request: its system prompt", len(system["content"].encode()), "bytes", "",
+                     None))
+    return rows
+
+
+async def measure_flood(bench: Bench, pid: int) -> list[tuple]:
+    """RELAY_DELTAS deltas as fast as the socket takes them: the rate the client gets them at."""
+    sessionid = await bench.new_session()
+    began = time.perf_counter_ns()
+    server_cpu, bench_cpu = cpu_seconds(pid), time.process_time()
+    deltas = await bench.run(sessionid, TimedDeltas(RELAY_DELTAS, deltas_per_write()))
+    cpu = cpu_rows("relay: flood", pid, RELAY_DELTAS, server_cpu, bench_cpu)
+    ended = time.perf_counter_ns()
+    latencies = latencies_ms(deltas)
+    if len(latencies) != RELAY_DELTAS:
+        raise BenchError(f"the client received {len(latencies)} deltas of {RELAY_DELTAS}")
+    # The first frame's stamp is the time of the model's first write of a delta.
+    first_write = int(json.loads(deltas[0][1])["data"]["text"][:STAMP_WIDTH])
+    rate = RELAY_DELTAS / ((deltas[-1][0] - first_write) / 1e9)
+    return [(f"relay: {RELAY_DELTAS:,} deltas flooded, delivered to the client", rate, "deltas/s",
+             f">= {RELAY_RATE_TARGET:,}", rate >= RELAY_RATE_TARGET),
+            ("relay: flood, write to receipt p50 (mostly queueing)", percentile(latencies, 0.50),
+             "ms", "", None),
+            ("relay: flood, write to receipt p99 (mostly queueing)", percentile(latencies, 0.99),
+             "ms", "", None),
+            ("relay: flood, prompt to idle", (ended - began) / 1e9, "s", "", None),
+            *cpu]
+
+
+async def measure_paced(bench: Bench) -> list[tuple]:
+    """PACED_DELTAS deltas one by one, then the same pacing through a bare echo process: what
+    the server adds to a delta is the difference."""
+    sessionid = await bench.new_session()
+    paced = latencies_ms(await bench.run(sessionid, TimedDeltas(PACED_DELTAS, 1, PACED_INTERVAL_S)))
+    floor = await echo_floor()
+    label = f"relay: {PACED_DELTAS:,} deltas every {PACED_INTERVAL_S * 1000:g} ms, write to receipt"
+    floor_label = "floor: a bare asyncio echo process, same pacing"
+    added_p99 = percentile(paced, 0.99) - percentile(floor, 0.99)
+    return [(f"{label} p50", percentile(paced, 0.50), "ms", "", None),
+            (f"{label} p99", percentile(paced, 0.99), "ms", "", None),
+            (f"{floor_label}, p50", percentile(floor, 0.50), "ms", "", None),
+            (f"{floor_label}, p99", percentile(floor, 0.99), "ms", "", None),
+            ("relay: what the server adds at p50 (relay - floor)",
+             percentile(paced, 0.50) - percentile(floor, 0.50), "ms", "", None),
+            ("relay: what the server adds at p99 (relay - floor)", added_p99, "ms",
+             f"< {RELAY_ADDED_P99_TARGET_MS:g}", added_p99 < RELAY_ADDED_P99_TARGET_MS)]
+
+
+async def measure_steps(bench: Bench) -> list[tuple]:
+    """A STEPS-step run of `read` calls: the time the server takes between model calls."""
+    model = bench.model
+    sessionid = await bench.new_session()
+    first = len(model.ends)
+    # Each answer leaves in one write, so the server never waits for the rest of it.
+    answers = [reply(tool_calls=[("read", {"path": f"f{i:02d}.txt"})], max_piece=1 << 20)
+               for i in range(STEPS)]
+    await bench.run(sessionid, *answers, reply("They say hello.", max_piece=1 << 20))
+    ends, arrivals = model.ends[first:], model.arrivals[first:]
+    if len(arrivals) != STEPS + 1:
+        raise BenchError(f"{len(arrivals)} model requests for {STEPS} steps, not {STEPS + 1}")
+    gaps = sorted((arrivals[i + 1] - ends[i]) / 1e6 for i in range(STEPS))
+    label = f"step: answer's last byte to next request, {STEPS} reads"
+    median, worst = statistics.median(gaps), percentile(gaps, 0.99)
+    return [(f"{label}, median", median, "ms", f"< {STEP_TARGET_MS:g}", median < STEP_TARGET_MS),
+            (f"{label}, p99 (= max)", worst, "ms", f"< {STEP_TARGET_MS:g}", worst < STEP_TARGET_MS),
+            ("step: last request body of that run", len(model.requests[-1].raw_body), "bytes", "",
+             None)]
+
+
+async def measure(port: int, pid: int, project_dir: str) -> list[tuple]:
+    async with TimedModel() as model:
+        provider = await api(port, "providers_save", {"name": "Bench", "kind": "openai",
+                                                      "url": model.url})
+        project = await api(port, "projects_open", {"path": project_dir})
+        async with ws_connect(f"ws://{HOST}:{port}/ws/", compression=None,
+                              open_timeout=API_TIMEOUT_S) as ws:
+            bench = Bench(port, model, ws, project, f"{provider['id']}/{MODEL_ID}")
+            rows = await measure_request(bench)
+            rss_before = read_status_kb(pid, "VmRSS")
+            rows += await measure_flood(bench, pid)
+            rows += await measure_paced(bench)
+            hwm = read_status_kb(pid, "VmHWM")
+            if rss_before is not None:
+                rows.append(("relay: server RSS before it", rss_before * 1024 / 1e6, "MB", "", None))
+            rows.append(("relay: server peak RSS (VmHWM) after it",
+                         hwm * 1024 / 1e6 if hwm is not None else "n/a", "MB", "", None))
+            rows += await measure_steps(bench)
+    if model.errors:
+        raise BenchError(f"the scripted model saw bad requests: {model.errors[:3]!r}")
+    return rows
+
+
+def main() -> list[tuple]:
+    with (tempfile.TemporaryDirectory(prefix="totem-bench-pyc-") as pycache,
+          tempfile.TemporaryDirectory(prefix="totem-bench-project-") as project_dir):
+        for index in range(STEPS):
+            with open(os.path.join(project_dir, f"f{index:02d}.txt"), "w", encoding="utf-8") as handle:
+                handle.writelines(f"file {index}, line {line}: hello\n" for line in range(FILE_LINES))
+        with running_server(server_env(pycache)) as server:
+            wait_until_ready(server)
+            try:
+                return asyncio.run(measure(server.port, server.pid, os.path.realpath(project_dir)))
+            except BenchError as exc:
+                raise BenchError(f"{exc}\nserver log:\n{server.log_tail()}") from None
+
+
+if __name__ == "__main__":
+    for row in main():
+        print(row)
