@@ -20,6 +20,10 @@ class BoundaryError(ValueError):
     """A path that is not inside the root; the message says why, for the person or the model."""
 
 
+class OutsideError(BoundaryError):
+    """A path that leads outside the root (the permission layer denies it, whatever the rules)."""
+
+
 def real_root(root: str) -> str:
     """The root with its own symbolic links resolved."""
     return os.path.realpath(root)
@@ -43,7 +47,7 @@ def resolve_inside(root: str, path: str) -> str:
     joined = os.path.normpath(os.path.join(base, path))
     resolved = os.path.realpath(joined)
     if not is_inside(base, resolved):
-        raise BoundaryError(f"{path} is outside the project")
+        raise OutsideError(f"{path} is outside the project")
     return resolved
 
 

@@ -15,6 +15,8 @@ from dataclasses import dataclass, fields
 from urllib.parse import urlsplit
 
 SECTION = "totem"
+RULES_SECTION = "rules"
+RULE_ACTIONS = ("allow", "ask", "deny")
 
 
 class ConfigError(Exception):
@@ -146,6 +148,7 @@ class Config:
     wsqueue: int
     wsping: int
     steps: int
+    rules: tuple = ()  # global permission rules of [rules]: (tool, pattern, action)
 
     def replace(self, **changes) -> "Config":
         values = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -163,7 +166,24 @@ def is_loopback(address: str) -> bool:
         return False
 
 
-def parse_values(raw: dict[str, str], base_dir: str) -> Config:
+def parse_rule(name: str, text: str) -> tuple[str, str, str]:
+    """`ACTION TOOL PATTERN` (e.g. `allow bash git log *`) as (tool, pattern, action).
+
+    Raises ConfigError naming the rule.
+    """
+    parts = text.strip().split(None, 2)
+    if len(parts) != 3 or parts[0] not in RULE_ACTIONS:
+        raise ConfigError(f"config: rule '{name}' must be 'ACTION TOOL PATTERN' with ACTION allow, ask or deny, "
+                          f"not {text.strip()!r}")
+    action, tool, pattern = parts
+    from .permissions import rule_problems  # pure; only needed when rules are configured
+    problems = rule_problems(tool, pattern, action)
+    if problems:
+        raise ConfigError(f"config: rule '{name}': {problems[0][0]} {problems[0][1]}")
+    return tool, pattern, action
+
+
+def parse_values(raw: dict[str, str], base_dir: str, raw_rules: dict[str, str] | None = None) -> Config:
     """Type-check raw strings into a Config.
 
     Raises ConfigError for an unknown key, a bad value, or a non-loopback listen address
@@ -182,6 +202,7 @@ def parse_values(raw: dict[str, str], base_dir: str) -> Config:
             raise ConfigError(f"config: '{key.name}' must be {exc}, not {text.strip()!r}") from None
     if not os.path.isabs(values["data"]):
         values["data"] = os.path.join(base_dir, values["data"] or "data")
+    values["rules"] = tuple(parse_rule(name, text) for name, text in (raw_rules or {}).items())
     config = Config(**values)
     if not is_loopback(config.listen) and not config.token:
         raise ConfigError(
@@ -195,7 +216,8 @@ def load_config(path: str) -> Config:
 
     Raises ConfigError with one line for the person.
     """
-    parser = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=("#", ";"))
+    # Only '=' separates a key from its value: rule patterns may contain ':'.
+    parser = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=("#", ";"), delimiters=("=",))
     try:
         with open(path, encoding="utf-8") as handle:
             parser.read_file(handle)
@@ -206,7 +228,8 @@ def load_config(path: str) -> Config:
         first_line = str(exc).splitlines()[0]
         raise ConfigError(f"config: {path} cannot be read: {first_line}") from None
     raw = dict(parser[SECTION]) if parser.has_section(SECTION) else {}
-    return parse_values(raw, os.path.dirname(os.path.abspath(path)))
+    rules = dict(parser[RULES_SECTION]) if parser.has_section(RULES_SECTION) else {}
+    return parse_values(raw, os.path.dirname(os.path.abspath(path)), rules)
 
 
 def default_config_path() -> str:

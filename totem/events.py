@@ -10,6 +10,7 @@ does not authenticate: the caller has done that before `Hub.serve()`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 from dataclasses import dataclass, fields
@@ -25,6 +26,12 @@ GOING_AWAY = 1001  # RFC 6455 close code: the server is stopping
 
 # -- server → client events ------------------------------------------------------------------
 
+@functools.cache
+def _data_fields(cls) -> tuple[str, ...]:
+    # Computed once per event class: publish() runs for every streamed delta.
+    return tuple(f.name for f in fields(cls) if f.name != "sessionid")
+
+
 @dataclass(frozen=True)
 class Event:
     """An event of one session; `to_wire()` gives `{type, sessionid, ts, data}`."""
@@ -34,7 +41,7 @@ class Event:
     BROADCAST: ClassVar[bool] = False  # sent to every connection, for the session lists
 
     def data(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "sessionid"}
+        return {name: getattr(self, name) for name in _data_fields(type(self))}
 
     def to_wire(self, ts: int) -> dict:
         return {"type": self.TYPE, "sessionid": self.sessionid, "ts": ts, "data": self.data()}

@@ -519,6 +519,50 @@ class Store:
         return await self.read(lambda c: _row(c.execute(
             "SELECT * FROM attachments WHERE id = ?", (attachmentid,))))
 
+    # -- permission rules ---------------------------------------------------------------------
+
+    async def list_rules(self, projectid: str | None) -> list[dict]:
+        """The saved rules of a project (projectid) or the global saved rules (None), oldest first."""
+        if projectid is None:
+            return await self.read(lambda c: _rows(c.execute(
+                "SELECT * FROM rules WHERE projectid IS NULL ORDER BY id")))
+        return await self.read(lambda c: _rows(c.execute(
+            "SELECT * FROM rules WHERE projectid = ? ORDER BY id", (projectid,))))
+
+    async def add_rule(self, projectid: str | None, tool: str, pattern: str, action: str) -> dict | None:
+        """Save a rule (the same tool and pattern replaces the old action); None when the project is gone."""
+        newid = self.ids.new()
+
+        def run(c):
+            if projectid is not None and c.execute("SELECT 1 FROM projects WHERE id = ?", (projectid,)).fetchone() is None:
+                return None
+            c.execute("DELETE FROM rules WHERE ifnull(projectid, '') = ifnull(?, '') AND tool = ? AND pattern = ?",
+                      (projectid, tool, pattern))
+            c.execute("INSERT INTO rules (id, projectid, tool, pattern, action, created) VALUES (?, ?, ?, ?, ?, ?)",
+                      (newid, projectid, tool, pattern, action, now_ms()))
+            return _row(c.execute("SELECT * FROM rules WHERE id = ?", (newid,)))
+        return await self.write(run)
+
+    async def get_rule(self, ruleid: str) -> dict | None:
+        return await self.read(lambda c: _row(c.execute("SELECT * FROM rules WHERE id = ?", (ruleid,))))
+
+    async def remove_rule(self, ruleid: str) -> bool:
+        return await self.write(lambda c: c.execute("DELETE FROM rules WHERE id = ?", (ruleid,)).rowcount > 0)
+
+    # -- todos --------------------------------------------------------------------------------
+
+    async def get_todos(self, sessionid: str) -> list:
+        def run(c):
+            row = c.execute("SELECT items FROM todos WHERE sessionid = ?", (sessionid,)).fetchone()
+            return json.loads(row[0]) if row else []
+        return await self.read(run)
+
+    async def set_todos(self, sessionid: str, items: list) -> None:
+        await self.write(lambda c: c.execute(
+            "INSERT INTO todos (sessionid, items, updated) VALUES (?, ?, ?) "
+            "ON CONFLICT(sessionid) DO UPDATE SET items = excluded.items, updated = excluded.updated",
+            (sessionid, json.dumps(items), now_ms())))
+
     # -- providers ----------------------------------------------------------------------------
 
     async def list_providers(self) -> list[dict]:

@@ -33,6 +33,10 @@ class ToolError(Exception):
     """A failure the model can act on; str(exc) is the message it sees."""
 
 
+class OutsideProject(ToolError):
+    """A path of the call leads outside the project: denied in code, before any rule."""
+
+
 @dataclass(frozen=True)
 class ToolContext:
     """What a tool call runs in."""
@@ -134,6 +138,8 @@ def resolve_path(ctx: ToolContext, path: str) -> str:
     """The absolute, link-free path inside the project; ToolError when it is outside."""
     try:
         return boundary.resolve_inside(ctx.root, path)
+    except boundary.OutsideError as exc:
+        raise OutsideProject(str(exc)) from None
     except boundary.BoundaryError as exc:
         raise ToolError(str(exc)) from None
 
