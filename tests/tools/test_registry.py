@@ -10,7 +10,7 @@ from totem.tools import Registry, Tool, ToolError, default_registry
 from totem.tools.schema import check_schema, describe, validate
 
 # A 20-tool request must stay lean for small local models: three tools stay well under this.
-SPEC_BUDGET_BYTES = 2000
+SPEC_BUDGET_BYTES_PER_TOOL = 600  # lean: small local models pay for every byte
 
 
 def parse(name: str, arguments: str):
@@ -24,9 +24,10 @@ def error_of(name: str, arguments) -> str:
 
 
 def test_registry_default_names():
-    """The default registry holds read, glob and grep, in that order."""
+    """The default registry holds the built-in tools, read-only ones first."""
     registry = default_registry()
-    assert registry.names() == ["read", "glob", "grep"]
+    assert registry.names()[:3] == ["read", "glob", "grep"]
+    assert {"skill", "todo", "ask"} <= set(registry.names())
     assert registry.get("read").name == "read"
     assert registry.get("bash") is None
 
@@ -54,7 +55,7 @@ def test_registry_specs_compact():
         assert len(text) <= 80
     size = len(json.dumps(specs))
     print(f"default_registry().specs(): {size} bytes")
-    assert size < SPEC_BUDGET_BYTES
+    assert size < SPEC_BUDGET_BYTES_PER_TOOL * len(specs)
 
 
 def test_registry_duplicate_name_refused():
@@ -84,7 +85,7 @@ def test_parse_arguments_valid():
 def test_parse_arguments_unknown_tool():
     """An unknown tool name is refused with the list of known tools."""
     message = error_of("cat", '{"path": "a"}')
-    assert message == "unknown tool 'cat'; the tools are: read, glob, grep"
+    assert message == "unknown tool 'cat'; the tools are: " + ", ".join(default_registry().names())
 
 
 def test_parse_arguments_malformed_json():

@@ -165,6 +165,12 @@ async def reply_question(ctx):
     return success(ctx.id)
 
 
+async def list_todos(ctx):
+    await require_session(ctx)
+    ctx.params(()).done()
+    return {"items": await ctx.app.store.get_todos(ctx.id)}
+
+
 ACTIONS = (
     Action("sessions", "Sessions|list", list_sessions, mcp=True),
     Action("sessions_create", "Sessions|create", create_session, changes=True, mcp=True),
@@ -175,4 +181,5 @@ ACTIONS = (
     Action("sessions_prompt", "Sessions|prompt", prompt_session, changes=True, takes_id=True, mcp=True),
     Action("sessions_abort", "Sessions|abort", abort_session, changes=True, takes_id=True, mcp=True),
     Action("questions_reply", "Questions|reply", reply_question, changes=True, takes_id=True),
+    Action("sessions_todos", "Sessions|todos", list_todos, takes_id=True),
 )

@@ -13,7 +13,7 @@ context, or scrub secrets from output (the caller does both).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
 from .. import boundary
@@ -43,6 +43,10 @@ class ToolContext:
 
     root: str  # the project root, already realpath'd
     sessionid: str
+    # Set by the agent loop; tools that need them refuse to run without them.
+    emit: Callable[[str], None] | None = None  # stream output to the person as it comes
+    ask: Callable[[str, list[str]], Awaitable[str]] | None = None  # ask the person; returns the answer
+    set_todos: Callable[[list[dict]], Awaitable[None]] | None = None  # replace the session's task list
 
 
 @dataclass(frozen=True)
@@ -126,12 +130,15 @@ class Registry:
 
 
 def default_registry() -> Registry:
-    """The read-only file tools: read, glob, grep."""
+    """Every built-in tool, read-only ones first."""
+    from .ask import AskTool
     from .glob import GlobTool
     from .grep import GrepTool
     from .read import ReadTool
+    from .skill import SkillTool
+    from .todo import TodoTool
 
-    return Registry([ReadTool(), GlobTool(), GrepTool()])
+    return Registry([ReadTool(), GlobTool(), GrepTool(), SkillTool(), TodoTool(), AskTool()])
 
 
 def resolve_path(ctx: ToolContext, path: str) -> str:

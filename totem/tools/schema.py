@@ -17,7 +17,7 @@ import math
 
 SUPPORTED_KEYWORDS = frozenset({
     "type", "properties", "required", "additionalProperties", "enum", "minimum", "maximum",
-    "minLength", "maxLength", "items", "description", "default",
+    "minLength", "maxLength", "items", "maxItems", "description", "default",
 })
 SUPPORTED_TYPES = frozenset({"object", "string", "integer", "number", "boolean", "array"})
 ROOT_NAME = "arguments"
@@ -61,6 +61,8 @@ def validate(schema: dict, value, where: str = "") -> list[str]:
         problems.append(f"{name}: must be {describe(schema)}")
     if schema["type"] == "object":
         problems.extend(_validate_object(schema, value, where))
+    elif schema["type"] == "array" and len(value) > schema.get("maxItems", len(value)):
+        problems.append(f"{name}: must have at most {schema['maxItems']} items")
     elif schema["type"] == "array" and "items" in schema:
         for index, item in enumerate(value):
             problems.extend(validate(schema["items"], item, f"{name}[{index}]"))
