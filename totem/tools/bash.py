@@ -1,0 +1,111 @@
+"""The bash tool: one shell command line in the project folder, through the runner.
+
+The line runs with `/bin/sh -c` in the project root, with the runner's minimal environment,
+timeout, output cap and process-group kill. Its output streams to the person through
+`ctx.emit` as it comes; the model gets the kept output and a last line with the exit code (or
+the timeout). A non-zero exit is a result, not an error: the model needs the output to fix
+what failed. Only a command that cannot start is a ToolError.
+
+Must not: split the command line or judge it (permissions does, from the whole line that
+`subjects()` returns), run anywhere but the project root, or scrub secrets (the caller does).
+"""
+
+from __future__ import annotations
+
+import signal
+
+from .. import runner
+from . import Tool, ToolContext, ToolError, ToolResult
+
+MAX_TIMEOUT_S = 600
+MAX_COMMAND_CHARS = 100_000
+MAX_DESCRIPTION_CHARS = 200
+MAX_TITLE_CHARS = 80
+# What the model sees: the head and the tail of the output, under the loop's own cut.
+OUTPUT_CAP_BYTES = 30_000
+# Live output stops after this much; the person still gets the kept output in the result.
+MAX_STREAM_CHARS = 1_000_000
+STREAM_STOPPED_NOTE = "\n[live output stops here; the command goes on]\n"
+
+
+class BashTool(Tool):
+    name = "bash"
+    description = "Run a shell command in the project folder; returns its output and exit code."
+    schema = {
+        "type": "object",
+        "properties": {
+            "command": {"type": "string", "minLength": 1, "maxLength": MAX_COMMAND_CHARS,
+                        "description": "The command line, run with /bin/sh -c"},
+            "timeout": {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_S,
+                        "description": f"Seconds (default {runner.DEFAULT_TIMEOUT_S:g})"},
+            "description": {"type": "string", "maxLength": MAX_DESCRIPTION_CHARS,
+                            "description": "What it does, in a few words, for the person"},
+        },
+        "required": ["command"],
+        "additionalProperties": False,
+    }
+    readonly = False
+
+    def subjects(self, args: dict, ctx: ToolContext) -> list[str]:
+        """The whole command line: the permission engine splits and judges it."""
+        return [args["command"]]
+
+    async def run(self, args: dict, ctx: ToolContext) -> ToolResult:
+        command = args["command"]
+        timeout_s = int(args.get("timeout") or runner.DEFAULT_TIMEOUT_S)
+        try:
+            result = await runner.run_command(
+                command, cwd=ctx.root, timeout_s=timeout_s, output_cap_bytes=OUTPUT_CAP_BYTES,
+                on_output=_Stream(ctx.emit) if ctx.emit else None)
+        except runner.CommandError as exc:
+            raise ToolError(str(exc)) from None
+        data = {"exit_code": result.exit_code, "timed_out": result.timed_out,
+                "duration_ms": round(result.duration_s * 1000), "cut_bytes": result.cut_bytes}
+        return ToolResult(_report(result, timeout_s), title=_title(args), data=data)
+
+
+class _Stream:
+    """Passes output to `emit` until MAX_STREAM_CHARS, then says once that it stopped."""
+
+    def __init__(self, emit):
+        self.emit = emit
+        self.sent = 0
+
+    def __call__(self, text: str) -> None:
+        if self.sent >= MAX_STREAM_CHARS:
+            return
+        room = MAX_STREAM_CHARS - self.sent
+        self.sent += len(text)
+        self.emit(text[:room])
+        if self.sent >= MAX_STREAM_CHARS:
+            self.emit(STREAM_STOPPED_NOTE)
+
+
+def _report(result: runner.CommandResult, timeout_s: int) -> str:
+    """The output and the lines that say how the command ended."""
+    lines = [result.output.removesuffix("\n") if result.output else "(no output)"]
+    if result.timed_out:
+        lines.append(f"[timed out after {timeout_s} s; the process group was killed]")
+        return "\n".join(lines)
+    code = result.exit_code
+    if code is None:
+        lines.append("[the command did not end after SIGKILL; exit code unknown]")
+    elif code < 0:
+        lines.append(f"[killed by signal {_signal_name(-code)}]")
+    else:
+        lines.append(f"[exit code {code}]")
+    if result.killed:
+        lines.append("[processes it left running in the background were stopped]")
+    return "\n".join(lines)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)
+
+
+def _title(args: dict) -> str:
+    text = " ".join((args.get("description") or "").split()) or " ".join(args["command"].split())
+    return text if len(text) <= MAX_TITLE_CHARS else text[:MAX_TITLE_CHARS - 1] + "…"
