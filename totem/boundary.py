@@ -4,7 +4,8 @@ Every file path that a tool, an action or a command's working directory uses goe
 `resolve_inside()`: it is joined to the root, normalized, its symbolic links resolved (also for
 a file that does not exist yet: its nearest existing parent is resolved), and refused unless
 the result stays inside the root. This is the only place that decides it. It reads the file
-system only to resolve links; it never opens, writes or lists anything.
+system only to resolve links (and, for a write target, to refuse a folder or a looping link); it
+never opens, writes or lists anything.
 """
 
 from __future__ import annotations
@@ -70,3 +71,37 @@ def is_protected_env(relative: str) -> bool:
     if name.startswith(".env."):
         return not name.endswith(ENV_ALLOWED_SUFFIXES)
     return False
+
+
+def resolve_for_write(root: str, path: str) -> str:
+    """The absolute, link-free file that a tool may create or replace for `path` inside `root`.
+
+    Resolved like `resolve_inside()` (a link is written through to its target, which must be
+    inside; a missing file is resolved through its nearest existing parent). Raises
+    BoundaryError, besides the cases of `resolve_inside()`, for an empty path, the project root, a
+    target inside a `.git` folder at any depth (named so before or after resolving links), a
+    folder, or a symbolic link that cannot be resolved (a loop). `.env` files are not refused
+    here: the permission layer asks for them.
+    """
+    if path == "":
+        raise BoundaryError("the path is empty; name a file inside the project")
+    resolved = resolve_inside(root, path)
+    base = real_root(root)
+    if resolved == base:
+        raise BoundaryError(f"{path} is the project folder, not a file")
+    lexical = os.path.relpath(os.path.normpath(os.path.join(base, path)), base)
+    if is_git_path(lexical) or is_git_path(relative_path(root, resolved)):
+        raise BoundaryError(f"{path} is inside a .git folder; git's own files are not changed by tools")
+    if os.path.islink(resolved):  # realpath stops at a link it cannot resolve
+        raise BoundaryError(f"{path} is a symbolic link that loops; not written")
+    if os.path.isdir(resolved):
+        raise BoundaryError(f"{path} is a folder, not a file")
+    return resolved
+
+
+def is_git_path(relative: str) -> bool:
+    """Whether a relative path is a `.git` folder or file, or inside one, at any depth.
+
+    Compared without case: on a case-insensitive file system `.GIT/config` is `.git/config`.
+    """
+    return any(part.casefold() == ".git" for part in relative.replace(os.sep, "/").split("/"))
