@@ -169,6 +169,9 @@ class LoopTest(LoopCase):
         self.app.runs.registry = Registry([*(default_registry().get(n) for n in default_registry().names()), tool])
         self.model.script(reply(tool_calls=[("wait", {})]))
         await self.prompt()
+        while (event := await next_event(self.ws))["type"] != "permission.ask":
+            pass  # a tool that no rule covers asks
+        await call(self.app, "permissions_reply", {"reply": "once"}, ident=event["data"]["id"])
         await asyncio.wait_for(tool.started.wait(), 2000 * MS)
         started = time.monotonic()
         answer = await call(self.app, "sessions_abort", ident=self.session["id"], method="POST")

@@ -39,7 +39,7 @@ class App:
         self.providers = Providers(self.store, self.vault)
         self.hub = Hub(config.wsqueue, config.wsping, self._session_exists)
         self.perimeter = Perimeter(config, self.store)
-        self.runs = Runs(self.store, self.hub, self.providers, default_registry(), config.steps)
+        self.runs = Runs(self.store, self.hub, self.providers, default_registry(), config.steps, config.rules)
         self.router = Router(self, static_dir)
         self.http = HttpServer(self.router.handle, config.headtimeout, config.bodytimeout, config.keepalive)
 

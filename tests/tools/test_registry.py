@@ -29,7 +29,8 @@ def test_registry_default_names():
     assert registry.names()[:3] == ["read", "glob", "grep"]
     assert {"skill", "todo", "ask"} <= set(registry.names())
     assert registry.get("read").name == "read"
-    assert registry.get("bash") is None
+    assert registry.get("nosuch") is None
+    assert {"write", "edit", "patch", "bash"} <= set(registry.names())
 
 
 def test_registry_specs_shape():

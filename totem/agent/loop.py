@@ -15,13 +15,16 @@ import json
 import logging
 from dataclasses import dataclass, field
 
-from ..boundary import real_root
-from ..events import (MessageCreated, PartClosed, PartCreated, PartDelta, PartUpdated, QuestionAsk,
-                      QuestionReplied, RunError, SessionStatus, SessionUpdated)
+from ..boundary import BoundaryError, real_root, resolve_inside
+from ..errors import BadRequest
+from ..permissions import Call, Rule, decide, rule_problems, suggest_patterns
+from ..events import (MessageCreated, PartClosed, PartCreated, PartDelta, PartUpdated, RunError,
+                      SessionStatus, SessionUpdated, TodoUpdated)
 from ..store import now_ms, session_view
-from ..tools import ToolContext, ToolError
+from ..tools import OutsideProject, ToolContext, ToolError
 from . import client
 from .providers import redact
+from .questions import Questions
 from .context import history_messages, load_prompt, system_message, to_ollama_native
 from .stream import (ProviderError, ReasoningDelta, StreamEnd, StreamError, TextDelta, ToolCall,
                      ToolCallStarted, Usage, extract_text_tool_calls)
@@ -69,14 +72,14 @@ class _Run:
     prompt: Prompt
     task: asyncio.Task | None = None
     open_parts: dict[str, _OpenPart] = field(default_factory=dict)
-    questions: set[str] = field(default_factory=set)
     key: str | None = None  # the provider key, kept out of every message this run publishes
 
 
 class Runs:
     """The runs of every session of one Totem."""
 
-    def __init__(self, store, hub, providers, registry, steps: int, backoff_first_s: float = BACKOFF_FIRST_S):
+    def __init__(self, store, hub, providers, registry, steps: int, config_rules=(),
+                 backoff_first_s: float = BACKOFF_FIRST_S):
         self.store = store
         self.hub = hub
         self.providers = providers
@@ -85,7 +88,8 @@ class Runs:
         self.backoff_first_s = backoff_first_s
         self.system_template = load_prompt("system.txt")
         self._runs: dict[str, _Run] = {}
-        self._questions: dict[str, tuple[str, asyncio.Future]] = {}
+        self.questions = Questions(hub, store.ids.new)
+        self.config_rules = tuple(config_rules)
         self._flusher: asyncio.Task | None = None
 
     # -- the door: prompt, abort, answer ----------------------------------------------------
@@ -122,13 +126,17 @@ class Runs:
             await asyncio.shield(run.task)
         return True
 
-    def reply_question(self, questionid: str, answer: str) -> bool:
-        """Answer a waiting question; False when there is no such question."""
-        entry = self._questions.get(questionid)
-        if entry is None or entry[1].done():
-            return False
-        entry[1].set_result(answer)
-        return True
+    def reply_question(self, questionid: str, answer: str) -> None:
+        """Answer a waiting question. Raises NotFound."""
+        self.questions.reply_question(questionid, answer)
+
+    def reply_permission(self, askid: str, reply: str, pattern: str | None) -> None:
+        """Answer a waiting permission question. Raises NotFound, BadRequest."""
+        if reply == "always" and pattern is not None:
+            problems = rule_problems("*", pattern, "allow")
+            if problems:
+                raise BadRequest(problems)
+        self.questions.reply_permission(askid, reply, pattern)
 
     async def stop_all(self) -> None:
         for sessionid in list(self._runs):
@@ -199,8 +207,6 @@ class Runs:
         closing = "aborted" if status == "aborted" else "error"
         for open_part in list(run.open_parts.values()):
             await self._close_part(run, open_part, closing)
-        for questionid in list(run.questions):
-            self._drop_question(run, questionid)
         try:
             await self._set_status(sessionid, status)
         finally:
@@ -218,8 +224,9 @@ class Runs:
                 signature = call.name + "\0" + _canonical(call.arguments)
                 repeats = repeats + [signature] if repeats and repeats[-1] == signature else [signature]
                 if len(repeats) >= LOOP_GUARD_REPEATS:
-                    answer = await self._ask(run, f"The model called {call.name} with the same input "
-                                                  f"{LOOP_GUARD_REPEATS} times in a row. Go on?", ["Go on", "Stop"])
+                    answer = await self.questions.question(
+                        run.session["id"], f"The model called {call.name} with the same input "
+                        f"{LOOP_GUARD_REPEATS} times in a row. Go on?", ["Go on", "Stop"])
                     if answer != "Go on":
                         return "idle"
                     repeats = []
@@ -344,18 +351,39 @@ class Runs:
     async def _run_tool(self, run: _Run, message: dict, call: ToolCall) -> None:
         open_part = message["tool_parts"][call.id]
         data = open_part.part["data"]
-        ctx = ToolContext(root=real_root(run.project["path"]), sessionid=run.session["id"])
+        ctx = self._tool_context(run, open_part)
+        outside = None
         try:
             tool, args = self.registry.parse_arguments(call.name, call.arguments)
             data["input"] = args
-            subjects = tool.subjects(args, ctx)
+            try:
+                subjects = tuple(tool.subjects(args, ctx))
+            except OutsideProject as exc:
+                subjects, outside = (), str(exc)
         except ToolError as exc:
-            denied = "outside the project" in str(exc)
-            data.update({"error": str(exc), "decision": {"action": "deny", "rule": "boundary"} if denied else None})
-            await self._finish_tool(run, open_part, "denied" if denied else "error")
+            data["error"] = str(exc)
+            await self._finish_tool(run, open_part, "error")
             return
-        data.update({"subjects": subjects, "decision": {"action": "allow", "rule": "default: read-only inside the project",
-                                                        "at": now_ms()}, "started": now_ms()})
+        data["subjects"] = list(subjects)
+        decision = await self._decide(run, tool.name, subjects, outside, ctx.root)
+        data["decision"] = decision.to_dict() | {"at": now_ms(), "by": "code" if decision.rule is None else "rule"}
+        if decision.action == "ask":
+            await self._update_part(run, open_part, "pending")
+            patterns = _suggestions(tool.name, subjects)
+            reply, pattern = await self.questions.permission(run.session["id"], tool.name, args, patterns)
+            data["decision"].update({"action": "deny" if reply == "reject" else "allow", "by": "person",
+                                     "reply": reply, "answered": now_ms()})
+            if reply == "always":
+                await self.store.add_rule(run.project["id"], tool.name, pattern, "allow")
+                data["decision"]["saved"] = {"tool": tool.name, "pattern": pattern, "action": "allow"}
+            if reply == "reject":
+                data["decision"]["reason"] = "the person rejected this call"
+        if data["decision"]["action"] == "deny":
+            reason = outside or data["decision"]["reason"]
+            data["error"] = f"Denied: {reason}. Do not repeat this call; change course or ask the person."
+            await self._finish_tool(run, open_part, "denied")
+            return
+        data["started"] = now_ms()
         await self._update_part(run, open_part, "running")
         try:
             result = await tool.run(args, ctx)
@@ -368,6 +396,30 @@ class Runs:
             output = output[:MAX_TOOL_OUTPUT_CHARS] + f"\n[output cut at {MAX_TOOL_OUTPUT_CHARS} characters]"
         data.update({"output": output, "title": result.title, "result": result.data, "finished": now_ms()})
         await self._finish_tool(run, open_part, "done")
+
+    def _tool_context(self, run: _Run, open_part: _OpenPart) -> ToolContext:
+        sessionid = run.session["id"]
+
+        async def ask(text: str, options: list[str]) -> str:
+            return await self.questions.question(sessionid, text, options)
+
+        async def set_todos(items: list[dict]) -> None:
+            await self.store.set_todos(sessionid, items)
+            self.hub.publish(TodoUpdated(sessionid, items))
+
+        return ToolContext(root=real_root(run.project["path"]), sessionid=sessionid,
+                           emit=lambda text: self._append(run, open_part, text), ask=ask, set_todos=set_todos)
+
+    async def _decide(self, run: _Run, tool: str, subjects: tuple[str, ...], outside: str | None, root: str):
+        """The decision for one call: code rules first, then project, global and default rules."""
+        project_rules = [Rule(r["tool"], r["pattern"], r["action"], "project", r["id"])
+                         for r in await self.store.list_rules(run.project["id"])]
+        global_rules = [Rule(r["tool"], r["pattern"], r["action"], "global", r["id"])
+                        for r in await self.store.list_rules(None)]
+        global_rules += [Rule(tool_name, pattern, action, "global") for tool_name, pattern, action in self.config_rules]
+        call = Call(tool, subjects, mode=run.prompt.mode, autoaccept=run.prompt.autoaccept,
+                    outside=outside is not None, inside=lambda path: _is_inside(root, path))
+        return decide(call, project_rules + global_rules)
 
     async def _finish_tool(self, run: _Run, open_part: _OpenPart, status: str) -> None:
         await self._close_part(run, open_part, status)
@@ -401,7 +453,7 @@ class Runs:
         if run.open_parts.pop(partid, None) is None:
             return
         is_tool = open_part.part["kind"] == "tool"
-        part = await self.store.update_part(partid, text=None if is_tool else "".join(open_part.text),
+        part = await self.store.update_part(partid, text="".join(open_part.text),
                                             status=status, data=open_part.part["data"], close=True)
         if is_tool and part is not None:
             self.hub.publish(PartUpdated(run.session["id"], part))
@@ -428,31 +480,22 @@ class Runs:
                 except Exception:
                     log.exception("flushing streamed text failed")
 
-    # -- questions --------------------------------------------------------------------------
 
-    async def _ask(self, run: _Run, text: str, options: list[str]) -> str:
-        sessionid = run.session["id"]
-        questionid = self.store.ids.new()
-        future = asyncio.get_running_loop().create_future()
-        self._questions[questionid] = (sessionid, future)
-        run.questions.add(questionid)
-        self.hub.publish(QuestionAsk(sessionid, questionid, text, options))
-        try:
-            return await future
-        finally:
-            self._drop_question(run, questionid)
+def _is_inside(root: str, path: str) -> bool:
+    try:
+        resolve_inside(root, path)
+    except BoundaryError:
+        return False
+    return True
 
-    def _drop_question(self, run: _Run, questionid: str) -> None:
-        if questionid in run.questions:
-            run.questions.discard(questionid)
-            entry = self._questions.pop(questionid, None)
-            if entry is not None and not entry[1].done():
-                entry[1].cancel()
-            self.hub.publish(QuestionReplied(run.session["id"], questionid))
 
-    def question_session(self, questionid: str) -> str | None:
-        entry = self._questions.get(questionid)
-        return entry[0] if entry else None
+def _suggestions(tool: str, subjects: tuple[str, ...]) -> list[str]:
+    patterns: list[str] = []
+    for subject in subjects:
+        for pattern in suggest_patterns(tool, subject):
+            if pattern not in patterns:
+                patterns.append(pattern)
+    return patterns
 
 
 def _canonical(arguments: str) -> str:

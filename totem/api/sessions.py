@@ -160,8 +160,7 @@ async def reply_question(ctx):
     body = await ctx.body(("answer",))
     answer = body.text("answer", required=True, max_chars=10_000)
     body.done()
-    if not ctx.app.runs.reply_question(ctx.id, answer):
-        raise NotFound(("id", f"no question {ctx.id} is waiting"))
+    ctx.app.runs.reply_question(ctx.id, answer)
     return success(ctx.id)
 
 

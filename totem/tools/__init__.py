@@ -132,13 +132,18 @@ class Registry:
 def default_registry() -> Registry:
     """Every built-in tool, read-only ones first."""
     from .ask import AskTool
+    from .bash import BashTool
+    from .edit import EditTool
     from .glob import GlobTool
     from .grep import GrepTool
+    from .patch import PatchTool
     from .read import ReadTool
     from .skill import SkillTool
     from .todo import TodoTool
+    from .write import WriteTool
 
-    return Registry([ReadTool(), GlobTool(), GrepTool(), SkillTool(), TodoTool(), AskTool()])
+    return Registry([ReadTool(), GlobTool(), GrepTool(), SkillTool(), TodoTool(), AskTool(),
+                     WriteTool(), EditTool(), PatchTool(), BashTool()])
 
 
 def resolve_path(ctx: ToolContext, path: str) -> str:

@@ -1,0 +1,84 @@
+"""Questions that wait for the person: permission asks and the questions of the ask tool.
+
+Owns the waiting: a question is published (`permission.ask`, `question.ask`), the run awaits
+its answer, and the reply (from any client) or the end of the run settles it and publishes
+`permission.replied` / `question.replied`. A question that ends without an answer (abort,
+removed session) counts as rejected. It decides nothing about rules: the loop does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from ..errors import BadRequest, NotFound
+from ..events import PermissionAsk, PermissionReplied, QuestionAsk, QuestionReplied
+
+PERMISSION_REPLIES = ("once", "always", "reject")
+
+
+@dataclass
+class _Waiting:
+    sessionid: str
+    kind: str  # permission | question
+    future: asyncio.Future
+    patterns: list[str]
+
+
+class Questions:
+    """Every question that waits, across sessions."""
+
+    def __init__(self, hub, new_id):
+        self.hub = hub
+        self.new_id = new_id
+        self._waiting: dict[str, _Waiting] = {}
+
+    async def permission(self, sessionid: str, tool: str, args: dict, patterns: list[str]) -> tuple[str, str | None]:
+        """Ask whether a tool call may run; returns (reply, pattern). Cancelled → rejected."""
+        askid = self.new_id()
+        waiting = _Waiting(sessionid, "permission", asyncio.get_running_loop().create_future(), patterns)
+        self._waiting[askid] = waiting
+        self.hub.publish(PermissionAsk(sessionid, askid, tool, args, patterns))
+        try:
+            reply, pattern = await waiting.future
+        except asyncio.CancelledError:
+            # The run ended (abort, removed session) while waiting: the question ends rejected.
+            self.hub.publish(PermissionReplied(sessionid, askid, "reject"))
+            raise
+        finally:
+            self._waiting.pop(askid, None)
+        self.hub.publish(PermissionReplied(sessionid, askid, reply))
+        return reply, pattern
+
+    async def question(self, sessionid: str, text: str, options: list[str]) -> str:
+        """Ask the person a question; returns the answer. Cancelled → the question is dropped."""
+        questionid = self.new_id()
+        waiting = _Waiting(sessionid, "question", asyncio.get_running_loop().create_future(), [])
+        self._waiting[questionid] = waiting
+        self.hub.publish(QuestionAsk(sessionid, questionid, text, options))
+        try:
+            return await waiting.future
+        finally:
+            self._waiting.pop(questionid, None)
+            self.hub.publish(QuestionReplied(sessionid, questionid))
+
+    def reply_permission(self, askid: str, reply: str, pattern: str | None) -> None:
+        """Answer a permission question. Raises NotFound, BadRequest (a pattern for "always")."""
+        waiting = self._waiting.get(askid)
+        if waiting is None or waiting.kind != "permission" or waiting.future.done():
+            raise NotFound(("id", f"no permission question {askid} is waiting"))
+        if reply == "always":
+            pattern = pattern or (waiting.patterns[0] if waiting.patterns else None)
+            if not pattern:
+                raise BadRequest(("pattern", "is required to always allow"))
+        waiting.future.set_result((reply, pattern))
+
+    def reply_question(self, questionid: str, answer: str) -> None:
+        """Answer a question of the ask tool. Raises NotFound."""
+        waiting = self._waiting.get(questionid)
+        if waiting is None or waiting.kind != "question" or waiting.future.done():
+            raise NotFound(("id", f"no question {questionid} is waiting"))
+        waiting.future.set_result(answer)
+
+    def waiting_in(self, sessionid: str) -> int:
+        return sum(1 for waiting in self._waiting.values() if waiting.sessionid == sessionid)

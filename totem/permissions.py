@@ -1,0 +1,448 @@
+"""The permission decision: rules, matching, the built-in defaults and `decide()`.
+
+A pure module: no I/O, no clock, no state. The agent loop builds a `Call` for each tool call,
+passes the project and global rules, and acts on the `Decision`; the API lists `default_rules()`,
+validates new rules with `rule_problems()` and offers `suggest_patterns()` in `permission.ask`.
+
+The order of a decision (DESIGN.md, "Permission decision"):
+1. Code first: a path outside the project is denied; Plan mode denies every tool that changes
+   files or runs a command (CHANGING_TOOLS).
+2. Rules: the project rules, the global rules and the defaults (the table of the security text as
+   real rules). The most specific matching rule wins: an exact pattern beats any wildcard; among
+   wildcards, more literal characters; then deny; then the earlier layer; then ask over allow.
+   Bash is split into simple commands (shellwords.py), each decided alone, the strictest wins;
+   a line that is not fully understood is never allowed by a rule (allow becomes ask).
+3. Guards on a wildcard allow (an exact rule still decides): a subject that names a protected
+   .env file asks (file path, or any argument of a command); so does a command whose arguments
+   lead outside the project (absolute, `~`, `..`, or refused by `Call.inside`).
+4. Auto-accept turns ask into allow for write, edit and patch, never for a .env file; then a
+   scheduled run turns any remaining ask into deny (no person is there to answer).
+
+Must not: read files, resolve paths (the caller passes `outside` and `inside`), ask the person.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from . import boundary
+from .shellwords import Split, command_text, split_command
+
+__all__ = [
+    "ACTIONS", "LAYERS", "FILE_TOOLS", "CHANGING_TOOLS", "TOOLS", "Rule", "Decision", "Call",
+    "Split", "default_rules", "decide", "split_command", "command_text", "suggest_patterns",
+    "matches", "rule_problems"]
+
+ACTIONS = ("allow", "ask", "deny")
+LAYERS = ("project", "global", "default")
+FILE_TOOLS = ("read", "glob", "grep", "write", "edit", "patch", "skill")
+CHANGING_TOOLS = frozenset({"write", "edit", "patch", "bash", "mcp", "mcp-start", "jobstop"})
+EDIT_TOOLS = frozenset({"write", "edit", "patch"})  # what auto-accept may allow
+TOOLS = FILE_TOOLS + ("todo", "ask", "bash", "fetch", "mcp", "mcp-start", "jobstop")
+MAX_PATTERN_CHARS = 1000
+MAX_REASON_SUBJECT_CHARS = 200  # a reason quotes at most this much of a command or path
+SEVERITY = {"allow": 0, "ask": 1, "deny": 2}
+VERBS = {"allow": "allowed", "ask": "approval required", "deny": "denied"}
+SCHEDULED_REASON = "no person is here to approve (scheduled run)"
+GLOB_CHARS = "*?["
+# `ls` flags that only change how a listing looks (no -L: it follows links out of the project).
+SAFE_LS_FLAGS = frozenset("1aAdFhlrRStu")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """tool + pattern -> action, from one layer. tool "*" applies to every tool."""
+
+    tool: str
+    pattern: str
+    action: str
+    layer: str
+    id: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"id": self.id, "tool": self.tool, "pattern": self.pattern, "action": self.action,
+                "layer": self.layer}
+
+
+@dataclass(frozen=True)
+class Decision:
+    """allow, ask or deny, why (a sentence for the person and the model), and what decided."""
+
+    action: str
+    reason: str
+    rule: Rule | None = None  # None when code decided (plan mode, outside, a guard, scheduled)
+    subject: str | None = None  # the subject that decided (bash: the simple command)
+
+    def to_dict(self) -> dict:
+        return {"action": self.action, "reason": self.reason,
+                "rule": self.rule.to_dict() if self.rule else None, "subject": self.subject}
+
+
+@dataclass(frozen=True)
+class Call:
+    """One tool call as the permission check sees it."""
+
+    tool: str
+    subjects: tuple[str, ...]  # file tools: relative paths; bash: one command line; fetch: host
+    mode: str = "build"  # build | plan (anything but "build" is treated as plan)
+    autoaccept: bool = False
+    scheduled: bool = False
+    outside: bool = False  # the boundary found a path outside the project
+    inside: Callable[[str], bool] | None = None  # bash: does this path argument stay inside?
+
+
+def _default(tool: str, pattern: str, action: str, name: str | None = None) -> Rule:
+    return Rule(tool, pattern, action, "default", id=f"default:{tool}:{name or pattern}")
+
+
+# The safe `ls` form: matches only simple listing flags and plain paths inside the project.
+_LS_RULE = _default("bash", "ls *", "allow", "ls-listing")
+_RULE_NOTES = {_LS_RULE: "simple listing flags, paths inside the project"}
+_ENV_NAMES = (".env", ".env.*")
+_ENV_FINE = (".env.example", ".env.sample", ".env.template")
+
+_DEFAULT_RULES = (
+    *(_default(tool, "**", "allow") for tool in ("read", "glob", "grep", "skill", "todo", "ask")),
+    *(_default("read", f"**/{name}", "ask") for name in _ENV_NAMES),
+    *(_default("read", f"**/{name}", "allow") for name in _ENV_FINE),
+    *(_default(tool, "**", "ask") for tool in ("write", "edit", "patch")),
+    _default("bash", "*", "ask"),
+    _default("bash", "pwd", "allow"),
+    *(_default("bash", f"git status{flag}", "allow")
+      for flag in ("", " --short", " -s", " --porcelain")),
+    _default("bash", "ls", "allow"),
+    _LS_RULE,
+    *(_default(tool, "*", "ask") for tool in ("fetch", "mcp", "mcp-start", "jobstop")),
+)
+
+
+def default_rules() -> tuple[Rule, ...]:
+    """The defaults table of the security text as rules of the layer "default".
+
+    `default:bash:ls-listing` (pattern `ls *`) only matches `ls` with simple listing flags
+    (SAFE_LS_FLAGS, e.g. -la) and plain paths that `Call.inside` accepts.
+    """
+    return _DEFAULT_RULES
+
+
+def decide(call: Call, rules: Sequence[Rule]) -> Decision:
+    """The decision for one tool call under the project and global `rules` (defaults are added).
+
+    Raises ValueError for a rule with an unknown action or layer (rule_problems() keeps them out).
+    """
+    if call.outside:
+        return Decision("deny", "denied: the path is outside the project")
+    if call.mode != "build" and call.tool in CHANGING_TOOLS:
+        return Decision("deny", f"denied: plan mode does not allow {call.tool} (it changes files "
+                                "or runs a command)")
+    for rule in rules:
+        if rule.action not in ACTIONS or rule.layer not in LAYERS:
+            raise ValueError(f"invalid rule {rule.to_dict()}")
+    candidates = (*rules, *_DEFAULT_RULES)
+    # A bare string would be iterated letter by letter: take it as the one subject it is.
+    subjects = (call.subjects,) if isinstance(call.subjects, str) else tuple(call.subjects) or ("",)
+    if call.tool == "bash":
+        decisions = [_decide_line(line, candidates, call.inside) for line in subjects]
+    else:
+        decisions = [_decide_subject(call.tool, subject, candidates) for subject in subjects]
+    decision = _strictest(decisions)
+    if (decision.action == "ask" and call.autoaccept and call.tool in EDIT_TOOLS
+            and not any(_is_env(subject) for subject in subjects)):
+        decision = Decision("allow", "allowed by auto-accept edits for this session",
+                            subject=decision.subject)
+    if decision.action == "ask" and call.scheduled:
+        decision = Decision("deny", SCHEDULED_REASON, subject=decision.subject)
+    return decision
+
+
+def matches(tool: str, pattern: str, subject: str) -> bool:
+    """Whether a pattern matches a subject of this tool.
+
+    File tools: `*` within one path segment, `**` as a whole segment across any number of them
+    (`src/**` matches src and everything below; `**/.env` matches .env and a/.env). fetch: the
+    host, case-insensitive, `*` any text (`*.example.com`). Bash and every other tool: `*` is any
+    text. A pattern without `*` matches exactly; `?` and `[` are plain characters. Bash: a
+    pattern that ends in ` *` also matches the command without arguments (`git log *` matches
+    `git log`), so the "always" of a suggested pattern covers the command it was asked for.
+    """
+    if tool in FILE_TOOLS:
+        return _match_path(pattern, subject)
+    if tool == "fetch":
+        return _match_text(pattern.lower(), subject.lower().rstrip("."))
+    if tool == "bash":
+        return _match_command(pattern, subject)
+    return _match_text(pattern, subject)
+
+
+def suggest_patterns(tool: str, subject: str) -> list[str]:
+    """Patterns to offer for "always", the narrowest first (the exact subject, then wider).
+
+    bash: the exact command, then the program and its sub-command followed by ` *`
+    (["git log --oneline", "git log *"]); nothing for a line no rule could allow. Files: the
+    path, then its folder (["src/app.py", "src/**"]). mcp: "server/tool", then "server/*".
+    A subject with `*` in it is never offered as an exact pattern (it would be a wildcard), and a
+    wildcard is not offered where the .env or outside guards would keep it from applying.
+    """
+    if tool == "bash":
+        split = split_command(subject)
+        if split.opaque or not split.commands:
+            return []
+        argv = split.commands[0]
+        prefix = argv[:2] if len(argv) > 1 and _is_subcommand(argv[1]) else argv[:1]
+        exact, base, wildcard = command_text(argv), command_text(prefix), " *"
+        if any(_names_env(arg) or _may_leave(arg) for arg in argv[1:]):
+            base = ""  # a wildcard would not cover this command (only an exact rule can)
+    elif tool in FILE_TOOLS:
+        folder = "" if _is_env(subject) else posixpath.dirname(subject)
+        exact, base, wildcard = subject, folder, "/**"
+    elif tool == "mcp" and "/" in subject:
+        exact, base, wildcard = subject, subject.split("/", 1)[0], "/*"
+    else:
+        exact, base, wildcard = subject, "", ""
+    patterns = [exact] if exact and "*" not in exact else []
+    if base and "*" not in base and base + wildcard not in patterns:
+        patterns.append(base + wildcard)
+    return patterns
+
+
+def rule_problems(tool, pattern, action) -> list[tuple[str, str]]:
+    """Every problem of a rule as (field, reason), for the API's 400 answer; [] when valid."""
+    problems: list[tuple[str, str]] = []
+    if not isinstance(tool, str) or not tool:
+        problems.append(("tool", "is required"))
+    elif tool != "*" and tool not in TOOLS:
+        problems.append(("tool", f"must be * or one of: {', '.join(TOOLS)}"))
+    if action not in ACTIONS:
+        problems.append(("action", "must be allow, ask or deny"))
+    problems += [("pattern", reason) for reason in _pattern_problems(tool, pattern, action)]
+    return problems
+
+
+def _pattern_problems(tool, pattern, action) -> list[str]:
+    if not isinstance(pattern, str):
+        return ["must be text"]
+    if not pattern.strip():
+        return ["must not be empty"]
+    if len(pattern) > MAX_PATTERN_CHARS:
+        return [f"must be at most {MAX_PATTERN_CHARS} characters"]
+    if "\x00" in pattern:
+        return ["must not contain a NUL character"]
+    if not pattern.isprintable():
+        return ["must not contain control characters"]
+    if pattern != pattern.strip():
+        return ["must not start or end with spaces"]
+    if tool in FILE_TOOLS:
+        if pattern.startswith(("/", "./")) or "\\" in pattern or ".." in pattern.split("/"):
+            return ["must be a path relative to the project, with / (no leading / or ./, no ..)"]
+    if tool == "fetch" and "/" in pattern:
+        return ["must be a host name such as *.example.com (no scheme, no path)"]
+    if tool == "bash":
+        split = split_command(pattern)
+        if not split.commands:
+            return ["must name a command"]
+        texts = [command_text(argv) for argv in split.commands]
+        if split.opaque and action == "allow":
+            return [f"cannot allow: Totem always asks for {', '.join(split.opaque)}"]
+        if pattern not in texts:
+            if len(texts) > 1:
+                return ["must match one simple command (no ; && || | & or newline): one rule each"]
+            return [f"must be written as Totem shows the command: {texts[0]}"]
+    return []
+
+
+def _rank(rule: Rule) -> tuple:
+    """Bigger is stronger: exact, literal characters, deny, earlier layer, ask over allow."""
+    exact = "*" not in rule.pattern
+    literals = len(rule.pattern) - rule.pattern.count("*")
+    return (exact, literals, rule.action == "deny", -LAYERS.index(rule.layer), rule.action == "ask")
+
+
+def _strictest(decisions: list[Decision]) -> Decision:
+    return max(decisions, key=lambda decision: SEVERITY[decision.action])  # the first of a tie
+
+
+def _by_rule(rule: Rule, subject: str) -> Decision:
+    note = _RULE_NOTES.get(rule)
+    reason = f"{VERBS[rule.action]} by the {rule.layer} rule {rule.tool}: {rule.pattern}"
+    return Decision(rule.action, reason + (f" ({note})" if note else ""), rule, subject)
+
+
+def _no_rule(tool: str, subject: str) -> Decision:
+    return Decision("ask", f"approval required: no rule covers the tool {tool}", subject=subject)
+
+
+def _guarded(rule: Rule, subject: str, what: str) -> Decision:
+    """An ask in place of a wildcard allow (an exact rule would have decided)."""
+    shown = subject if len(subject) <= MAX_REASON_SUBJECT_CHARS else (
+        subject[:MAX_REASON_SUBJECT_CHARS] + "…")
+    return Decision("ask", f"approval required: {shown} {what}, which the {rule.layer} rule "
+                           f"{rule.tool}: {rule.pattern} cannot allow (only an exact rule can)",
+                    subject=subject)
+
+
+def _decide_subject(tool: str, subject: str, rules: Sequence[Rule]) -> Decision:
+    if tool == "fetch":
+        subject = subject.lower().rstrip(".")
+    found = [rule for rule in rules
+             if rule.tool in (tool, "*") and matches(tool, rule.pattern, subject)]
+    if not found:
+        return _no_rule(tool, subject)
+    rule = max(found, key=_rank)
+    if rule.action == "allow" and "*" in rule.pattern and _is_env(subject):
+        return _guarded(rule, subject, "is a protected .env file")
+    return _by_rule(rule, subject)
+
+
+def _decide_line(line: str, rules: Sequence[Rule], inside) -> Decision:
+    split = split_command(line)
+    if not split.commands:
+        return _decide_subject("bash", "", rules)
+    decision = _strictest([_decide_command(argv, rules, inside) for argv in split.commands])
+    if split.opaque and decision.action == "allow":
+        return Decision("ask", "approval required: the command line is not fully understood "
+                               f"({', '.join(split.opaque)}), so no rule can allow it",
+                        subject=line)
+    return decision
+
+
+def _decide_command(argv: tuple[str, ...], rules: Sequence[Rule], inside) -> Decision:
+    text = command_text(argv)
+    # A deny rule also sees the program without its folder: `rm *` denies /bin/rm -rf x.
+    bare = command_text((posixpath.basename(argv[0]), *argv[1:])) if "/" in argv[0] else None
+    found = []
+    for rule in rules:
+        if rule.tool not in ("bash", "*"):
+            continue
+        if _match_command(rule.pattern, text):
+            if rule != _LS_RULE or _is_listing(argv, inside):
+                found.append(rule)
+        elif bare is not None and rule.action == "deny" and _match_command(rule.pattern, bare):
+            found.append(rule)
+    if not found:
+        return _no_rule("bash", text)
+    rule = max(found, key=_rank)
+    if rule.action == "allow" and "*" in rule.pattern:
+        if any(_names_env(arg) for arg in argv[1:]):
+            return _guarded(rule, text, "names a protected .env file")
+        if any(_leaves_project(arg, inside) for arg in argv[1:]):
+            return _guarded(rule, text, "names a path outside the project")
+    return _by_rule(rule, text)
+
+
+def _match_text(pattern: str, text: str) -> bool:
+    """`*` is any text; linear in practice, and no regular expression to backtrack."""
+    parts = pattern.split("*")
+    if len(parts) == 1:
+        return pattern == text
+    first, *middle, last = parts
+    if len(first) + len(last) > len(text) or not text.startswith(first) or not text.endswith(last):
+        return False
+    position, end = len(first), len(text) - len(last)
+    for part in middle:
+        found = text.find(part, position, end)
+        if found < 0:
+            return False
+        position = found + len(part)
+    return True
+
+
+def _match_command(pattern: str, text: str) -> bool:
+    if pattern.endswith(" *") and _match_text(pattern[:-2], text):
+        return True
+    return _match_text(pattern, text)
+
+
+def _match_path(pattern: str, path: str) -> bool:
+    """Segment by segment; a `**` segment stands for any number of segments, zero included."""
+    wanted = pattern.split("/")
+    states = {0}  # how many pattern segments the path segments so far have matched
+    for segment in path.split("/"):
+        states = _skip_globstars(wanted, states)
+        states = {index + (wanted[index] != "**") for index in states if index < len(wanted)
+                  and (wanted[index] == "**" or _match_text(wanted[index], segment))}
+        if not states:
+            return False
+    return len(wanted) in _skip_globstars(wanted, states)
+
+
+def _skip_globstars(wanted: list[str], states: set[int]) -> set[int]:
+    result, todo = set(states), list(states)
+    while todo:
+        index = todo.pop()
+        if index < len(wanted) and wanted[index] == "**" and index + 1 not in result:
+            result.add(index + 1)
+            todo.append(index + 1)
+    return result
+
+
+def _is_env(path: str) -> bool:
+    """boundary's protected .env, also in capitals (a case-insensitive disk opens .ENV as .env)."""
+    return boundary.is_protected_env(path) or boundary.is_protected_env(path.lower())
+
+
+def _values(arg: str, separators: str) -> list[str]:
+    """An argument and the values inside it: after `=` (and the given separators), and the value
+    glued to a short option (`-f.env`)."""
+    values = [arg, *re.split(f"[{re.escape(separators)}]", arg)]
+    if arg.startswith("-") and not arg.startswith("--") and len(arg) > 2:
+        values.append(arg[2:])
+    return [value for value in values if value]
+
+
+def _names_env(arg: str) -> bool:
+    """Whether an argument may name a protected .env file: `.env`, `a/.env.local`,
+    `--file=.env`, `HEAD:.env`, `@.env`, or a glob that bash could expand to one (a wildcard
+    matches a leading dot only when the name itself starts with `.` or a bracket)."""
+    for value in _values(arg, "=:@,"):
+        name = posixpath.basename(value)
+        if _is_env(value) or (name[:1] in (".", "[") and any(c in name for c in GLOB_CHARS)):
+            return True
+    return False
+
+
+def _may_leave(value: str) -> bool:
+    """Without looking at the disk: absolute, `~`, a `..` segment, or a dot glob (`.*` is `..`)."""
+    if value.startswith(("/", "~")):
+        return True
+    return any(segment == ".." or (segment[:1] in (".", "[") and
+                                   any(c in segment for c in GLOB_CHARS))
+               for segment in value.split("/"))
+
+
+def _leaves_project(arg: str, inside) -> bool:
+    for value in _values(arg, "="):
+        if _may_leave(value):
+            return True
+        if inside is not None and not value.startswith("-") and not _stays(inside, value):
+            return True
+    return False
+
+
+def _stays(inside, path: str) -> bool:
+    try:
+        return bool(inside(path))
+    except (ValueError, OSError):  # a boundary refusal is an answer: outside
+        return False
+
+
+def _is_listing(argv: tuple[str, ...], inside) -> bool:
+    """`ls` with simple listing flags and plain paths inside the project (None: no paths)."""
+    if argv[0] != "ls":
+        return False
+    for arg in argv[1:]:
+        if arg.startswith("-"):
+            if arg == "-" or arg.startswith("--") or not set(arg[1:]) <= SAFE_LS_FLAGS:
+                return False
+        elif (inside is None or any(c in arg for c in GLOB_CHARS + "{~") or _may_leave(arg)
+              or not _stays(inside, arg)):
+            return False
+    return True
+
+
+def _is_subcommand(word: str) -> bool:
+    """A word like log, run, install: lowercase letters, digits and dashes, not an option."""
+    return (word[:1].isascii() and word[:1].islower()
+            and all(c.isascii() and (c.islower() or c.isdigit() or c == "-") for c in word))
