@@ -407,8 +407,35 @@ class Runs:
             await self.store.set_todos(sessionid, items)
             self.hub.publish(TodoUpdated(sessionid, items))
 
+        async def permit(tool: str, subject: str, args: dict | None = None, always_ask: str | None = None) -> None:
+            await self._permit(run, open_part, tool, subject, args or {}, always_ask)
+
         return ToolContext(root=real_root(run.project["path"]), sessionid=sessionid,
-                           emit=lambda text: self._append(run, open_part, text), ask=ask, set_todos=set_todos)
+                           emit=lambda text: self._append(run, open_part, text), ask=ask, set_todos=set_todos,
+                           permit=permit)
+
+    async def _permit(self, run: _Run, open_part: _OpenPart, tool: str, subject: str, args: dict,
+                      always_ask: str | None) -> None:
+        """Decide a subject met during a call; every such decision joins the part's audit."""
+        root = real_root(run.project["path"])
+        decision = await self._decide(run, tool, (subject,), None, root)
+        record = decision.to_dict() | {"at": now_ms(), "by": "code" if decision.rule is None else "rule"}
+        open_part.part["data"].setdefault("decisions", []).append(record)
+        if decision.action == "deny":
+            raise ToolError(f"Denied: {decision.reason}")
+        if decision.action == "allow" and not always_ask:
+            return
+        if always_ask:
+            record["reason"] = f"{subject}: {always_ask}; asked even under an allow rule"
+        reply, pattern = await self.questions.permission(
+            run.session["id"], tool, args | ({"note": always_ask} if always_ask else {}),
+            [] if always_ask else _suggestions(tool, (subject,)))
+        record.update({"action": "deny" if reply == "reject" else "allow", "by": "person", "reply": reply,
+                       "answered": now_ms()})
+        if reply == "reject":
+            raise ToolError(f"Denied: the person rejected {tool} of {subject}")
+        if reply == "always" and pattern and not always_ask:
+            await self.store.add_rule(run.project["id"], tool, pattern, "allow")
 
     async def _decide(self, run: _Run, tool: str, subjects: tuple[str, ...], outside: str | None, root: str):
         """The decision for one call: code rules first, then project, global and default rules."""

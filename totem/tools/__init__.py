@@ -47,6 +47,10 @@ class ToolContext:
     emit: Callable[[str], None] | None = None  # stream output to the person as it comes
     ask: Callable[[str, list[str]], Awaitable[str]] | None = None  # ask the person; returns the answer
     set_todos: Callable[[list[dict]], Awaitable[None]] | None = None  # replace the session's task list
+    # Decide a further subject met while running (fetch: each redirect hop's host). With
+    # `always_ask` (a reason such as "resolves to 127.0.0.1"), an allow rule is not enough: the
+    # person is asked. Raises ToolError when denied or rejected.
+    permit: Callable[..., Awaitable[None]] | None = None
 
 
 @dataclass(frozen=True)
