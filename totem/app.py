@@ -19,6 +19,7 @@ from .auth import Perimeter
 from .config import Config, ConfigError, default_config_path, load_config
 from .events import Hub
 from .httpd import HttpServer
+from .jobs import Jobs
 from .routes import Router
 from .store import Store
 from .tools import default_registry
@@ -39,7 +40,9 @@ class App:
         self.providers = Providers(self.store, self.vault)
         self.hub = Hub(config.wsqueue, config.wsping, self._session_exists)
         self.perimeter = Perimeter(config, self.store)
-        self.runs = Runs(self.store, self.hub, self.providers, default_registry(), config.steps, config.rules)
+        self.jobs = Jobs(self.store.ids.new)
+        self.runs = Runs(self.store, self.hub, self.providers, default_registry(), config.steps, config.rules,
+                         self.jobs)
         self.router = Router(self, static_dir)
         self.http = HttpServer(self.router.handle, config.headtimeout, config.bodytimeout, config.keepalive)
 
@@ -68,6 +71,7 @@ class App:
 
     async def stop(self) -> None:
         await self.runs.stop_all()
+        await self.jobs.stop_all()
         await self.hub.close_all()
         await self.http.stop()
         await self.store.close()

@@ -78,7 +78,7 @@ class _Run:
 class Runs:
     """The runs of every session of one Totem."""
 
-    def __init__(self, store, hub, providers, registry, steps: int, config_rules=(),
+    def __init__(self, store, hub, providers, registry, steps: int, config_rules=(), jobs=None,
                  backoff_first_s: float = BACKOFF_FIRST_S):
         self.store = store
         self.hub = hub
@@ -90,6 +90,7 @@ class Runs:
         self._runs: dict[str, _Run] = {}
         self.questions = Questions(hub, store.ids.new)
         self.config_rules = tuple(config_rules)
+        self.jobs = jobs
         self._flusher: asyncio.Task | None = None
 
     # -- the door: prompt, abort, answer ----------------------------------------------------
@@ -410,9 +411,14 @@ class Runs:
         async def permit(tool: str, subject: str, args: dict | None = None, always_ask: str | None = None) -> None:
             await self._permit(run, open_part, tool, subject, args or {}, always_ask)
 
-        return ToolContext(root=real_root(run.project["path"]), sessionid=sessionid,
+        root = real_root(run.project["path"])
+
+        def start_job(command: str) -> dict:
+            return self.jobs.start(sessionid, command, root).view()
+
+        return ToolContext(root=root, sessionid=sessionid,
                            emit=lambda text: self._append(run, open_part, text), ask=ask, set_todos=set_todos,
-                           permit=permit)
+                           permit=permit, start_job=start_job if self.jobs is not None else None)
 
     async def _permit(self, run: _Run, open_part: _OpenPart, tool: str, subject: str, args: dict,
                       always_ask: str | None) -> None:

@@ -69,6 +69,7 @@ async def remove_project(ctx):
     sessions = await ctx.app.store.list_sessions(project["id"])
     for session in sessions:
         await ctx.app.runs.abort(session["id"])
+        await ctx.app.jobs.forget_session(session["id"])
     await ctx.app.store.remove_project(project["id"])
     for session in sessions:
         ctx.app.hub.forget_session(session["id"])

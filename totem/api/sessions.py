@@ -7,7 +7,8 @@ import binascii
 import re
 
 from ..agent.loop import REASONING_LEVELS, Prompt, RunRefused
-from ..errors import BadRequest, NotFound
+from ..errors import BadRequest, Forbidden, NotFound
+from ..jobs import JobError
 from ..events import SessionUpdated
 from ..store import session_view
 from . import Action, success
@@ -69,6 +70,7 @@ async def update_session(ctx):
 async def remove_session(ctx):
     session = await require_session(ctx)
     await ctx.app.runs.abort(session["id"])
+    await ctx.app.jobs.forget_session(session["id"])
     await ctx.app.store.remove_session(session["id"])
     ctx.app.hub.forget_session(session["id"])
     ctx.app.hub.publish(SessionUpdated(session["id"], {"id": session["id"], "projectid": session["projectid"],
@@ -170,6 +172,25 @@ async def list_todos(ctx):
     return {"items": await ctx.app.store.get_todos(ctx.id)}
 
 
+async def list_jobs(ctx):
+    await require_session(ctx)
+    ctx.params(()).done()
+    return ctx.app.jobs.list(ctx.id)
+
+
+async def stop_job(ctx):
+    session = await require_session(ctx)
+    body = await ctx.body(("job",))
+    jobid = body.text("job", required=True, max_chars=64)
+    body.done()
+    if session["mode"] == "plan":
+        raise Forbidden(("mode", "the session is in Plan mode, where nothing is run or stopped"))
+    try:
+        return await ctx.app.jobs.stop(session["id"], jobid)
+    except JobError as exc:
+        raise NotFound(("job", str(exc))) from None
+
+
 ACTIONS = (
     Action("sessions", "Sessions|list", list_sessions, mcp=True),
     Action("sessions_create", "Sessions|create", create_session, changes=True, mcp=True),
@@ -181,4 +202,6 @@ ACTIONS = (
     Action("sessions_abort", "Sessions|abort", abort_session, changes=True, takes_id=True, mcp=True),
     Action("questions_reply", "Questions|reply", reply_question, changes=True, takes_id=True),
     Action("sessions_todos", "Sessions|todos", list_todos, takes_id=True),
+    Action("sessions_jobs", "Sessions|jobs", list_jobs, takes_id=True),
+    Action("sessions_jobstop", "Sessions|jobstop", stop_job, changes=True, takes_id=True),
 )

@@ -51,6 +51,7 @@ class ToolContext:
     # `always_ask` (a reason such as "resolves to 127.0.0.1"), an allow rule is not enough: the
     # person is asked. Raises ToolError when denied or rejected.
     permit: Callable[..., Awaitable[None]] | None = None
+    start_job: Callable[[str], dict] | None = None  # run a command in the background; returns the job
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ class BashTool(Tool):
                         "description": f"Seconds (default {runner.DEFAULT_TIMEOUT_S:g})"},
             "description": {"type": "string", "maxLength": MAX_DESCRIPTION_CHARS,
                             "description": "What it does, in a few words, for the person"},
+            "background": {"type": "boolean", "description": "Run as a job (servers, watchers)"},
         },
         "required": ["command"],
         "additionalProperties": False,
@@ -52,6 +53,8 @@ class BashTool(Tool):
 
     async def run(self, args: dict, ctx: ToolContext) -> ToolResult:
         command = args["command"]
+        if args.get("background"):
+            return self._start_job(command, args, ctx)
         timeout_s = int(args.get("timeout") or runner.DEFAULT_TIMEOUT_S)
         try:
             result = await runner.run_command(
@@ -62,6 +65,18 @@ class BashTool(Tool):
         data = {"exit_code": result.exit_code, "timed_out": result.timed_out,
                 "duration_ms": round(result.duration_s * 1000), "cut_bytes": result.cut_bytes}
         return ToolResult(_report(result, timeout_s), title=_title(args), data=data)
+
+
+    def _start_job(self, command: str, args: dict, ctx: ToolContext) -> ToolResult:
+        if ctx.start_job is None:
+            raise ToolError("background jobs are not available in this run")
+        try:
+            job = ctx.start_job(command)
+        except Exception as exc:  # JobError: too many jobs
+            raise ToolError(str(exc)) from None
+        return ToolResult(f"Started job {job['id']} in the background. The person sees its output and can stop "
+                          "it; it is stopped when the session ends.", title=_title(args),
+                          data={"job": job["id"], "background": True})
 
 
 class _Stream:
