@@ -58,6 +58,7 @@ PACED_INTERVAL_S = 0.002
 RELAY_ADDED_P99_TARGET_MS = 1.0
 STEPS = 20
 STEP_TARGET_MS = 15.0
+BASH_TARGET_MS = 20.0  # issue: one allowed bash tool round trip
 FILE_LINES = 20
 PEER_REQUEST_BYTES = 32 * 1024  # what a popular peer sends as its first request
 STAMP_WIDTH = 16  # digits of a delta's timestamp: fixed, so that joined deltas can be split
@@ -407,6 +408,26 @@ async def measure_steps(bench: Bench) -> list[tuple]:
              None)]
 
 
+async def measure_bash(bench: Bench) -> list[tuple]:
+    """STEPS allowed `true` commands: the server's whole bash round trip, spawn included."""
+    model = bench.model
+    await api(bench.port, "permissions_save", {"projectid": bench.project["id"], "tool": "bash",
+                                               "pattern": "true *", "action": "allow"})
+    sessionid = await bench.new_session()
+    first = len(model.ends)
+    # Different arguments each time, so the loop guard (same call three times) stays quiet.
+    answers = [reply(tool_calls=[("bash", {"command": f"true {i}"})], max_piece=1 << 20) for i in range(STEPS)]
+    await bench.run(sessionid, *answers, reply("Done.", max_piece=1 << 20))
+    ends, arrivals = model.ends[first:], model.arrivals[first:]
+    if len(arrivals) != STEPS + 1:
+        raise BenchError(f"{len(arrivals)} model requests for {STEPS} bash steps, not {STEPS + 1}")
+    gaps = sorted((arrivals[i + 1] - ends[i]) / 1e6 for i in range(STEPS))
+    label = f"bash: allowed `true` round trip, {STEPS} calls"
+    median, worst = statistics.median(gaps), percentile(gaps, 0.99)
+    return [(f"{label}, median", median, "ms", f"< {BASH_TARGET_MS:g}", median < BASH_TARGET_MS),
+            (f"{label}, p99 (= max)", worst, "ms", f"< {BASH_TARGET_MS:g}", worst < BASH_TARGET_MS)]
+
+
 async def measure(port: int, pid: int, project_dir: str) -> list[tuple]:
     async with TimedModel() as model:
         provider = await api(port, "providers_save", {"name": "Bench", "kind": "openai",
@@ -425,6 +446,7 @@ async def measure(port: int, pid: int, project_dir: str) -> list[tuple]:
             rows.append(("relay: server peak RSS (VmHWM) after it",
                          hwm * 1024 / 1e6 if hwm is not None else "n/a", "MB", "", None))
             rows += await measure_steps(bench)
+            rows += await measure_bash(bench)
     if model.errors:
         raise BenchError(f"the scripted model saw bad requests: {model.errors[:3]!r}")
     return rows
