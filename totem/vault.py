@@ -6,15 +6,25 @@ the owner only), the key derivation and the format of an encrypted value:
     version (1 byte) | nonce (12 bytes, random per value) | ciphertext + GCM tag (16 bytes)
 
 The version byte is also the associated data, so a value cannot be re-labelled. Must not: log,
-or put a plaintext, the secret or the derived key into a message, an exception or repr(). The
-scrubbing of tool output is not here (another concern of this module, added separately).
+or put a plaintext, the secret or the derived key into a message, an exception or repr().
+
+Also owns the scrubbing of output (`Scrubber`, `secrets_of`): tool, job and terminal output is
+scanned for the provider keys, the access token and the secret before it is stored or sent, and a
+match becomes a marker such as `[secret:openai]`. Scrubbing is pure: no I/O except the read of
+`<data>/secret.key` in `secrets_of`.
 """
 
 from __future__ import annotations
 
+import base64
+import bisect
+import itertools
+import json
 import os
+import re
 import secrets
 import stat
+from collections.abc import Mapping
 
 
 VERSION = 1
@@ -177,3 +187,302 @@ def _create_secret(path: str) -> None:
             pass  # another start won the race: use its secret
     finally:
         os.unlink(temporary)
+
+
+# Scrubbing of output -----------------------------------------------------------------------------
+#
+# Every form a secret may take in output (the value, its JSON, URL and base64 encodings) is a
+# literal; all the literals of a scrubber become one regex, factored as a trie so that a position is
+# examined along one path only and the longest form wins (greedy optional tails). The scan is
+# therefore O(len(text) * longest form) at worst, in C, with no backtracking between alternatives.
+# Terminal escape sequences are not part of any form: they are cut out first and matching runs on
+# the visible text, which is what a person would read on the screen.
+
+# Shorter values would match ordinary words and numbers.
+MIN_SCRUB_CHARS = 8
+MARKER = "[secret:{}]"
+# Bounds of one escape sequence (ECMA-48 § 5.4): a longer one is not treated as an escape.
+MAX_ESCAPE_PARAMS = 32
+MAX_ESCAPE_INTERMEDIATES = 4
+MAX_ESCAPE_CHARS = 2 + MAX_ESCAPE_PARAMS + MAX_ESCAPE_INTERMEDIATES
+# A longer run of escape sequences between two characters ends a match. It bounds what a stream
+# holds back while a secret may be in progress (a terminal colouring each character emits ~10).
+MAX_ESCAPE_RUN_CHARS = 256
+# RFC 3986 § 2.3: the characters that percent-encoding leaves as they are.
+URL_UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+
+# CSI (parameter bytes 0x30-0x3F, intermediate bytes 0x20-0x2F, final byte 0x40-0x7E) and the
+# character-set designation of `tput sgr0` (ESC ( B). The three byte classes are disjoint and every
+# sequence starts with ESC, which no class contains: a run is read in one pass, never re-tried.
+_ESCAPE = (rf"\x1b(?:\[[0-?]{{0,{MAX_ESCAPE_PARAMS}}}[ -/]{{0,{MAX_ESCAPE_INTERMEDIATES}}}[@-~]"
+           r"|[()][0-~])")
+_ESCAPE_RUN = re.compile(rf"(?:{_ESCAPE})+")
+# The start of an escape sequence cut by the end of a chunk: held until the next chunk completes it.
+_ESCAPE_START = re.compile(rf"\x1b(?:\[[0-?]{{0,{MAX_ESCAPE_PARAMS}}}[ -/]{{0,{MAX_ESCAPE_INTERMEDIATES}}}"
+                           r"|[()])?\Z")
+_NOT_LABEL = re.compile(r"[^a-z0-9]+")
+
+
+class Scrubber:
+    """Replaces secrets in text with `[secret:<label>]`. Immutable, shareable between threads.
+
+    `Scrubber({"openai": key, "token": token})`: values shorter than MIN_SCRUB_CHARS are ignored,
+    labels are reduced to [a-z0-9-]. Each value is also found as its JSON string form, its
+    percent-encoding (upper or lower hex), its base64 (standard or URL-safe, padded or not, and at
+    any alignment inside a larger base64 text) and with terminal escape sequences between its
+    characters. Use `scrub(text)` for a whole text and `stream()` for output read in chunks.
+    """
+
+    __slots__ = ("_regex", "_labels", "_forms", "_firsts", "longest")
+
+    def __init__(self, secrets: Mapping[str, str]):
+        values = [(_label(name, "key"), value.strip()) for name, value in secrets.items()
+                  if isinstance(value, str)]
+        values = [(label, value) for label, value in values if len(value) >= MIN_SCRUB_CHARS]
+        labels: dict[str, str] = {}
+        # The values first: a value of one secret that is also an encoding of another keeps its
+        # own label. Among equal values, the first label wins.
+        for label, value in values:
+            labels.setdefault(value, label)
+        for label, value in values:
+            for form in _forms_of(value):
+                labels.setdefault(form, label)
+        self._labels = labels
+        self._forms = sorted(labels)
+        self._firsts = frozenset(form[0] for form in self._forms)
+        # The length of the longest form; a stream holds back at most this minus one characters.
+        self.longest = max(map(len, self._forms), default=0)
+        self._regex = re.compile(_trie_pattern(self._forms)) if self._forms else None
+
+    @classmethod
+    def empty(cls) -> Scrubber:
+        """A scrubber that finds nothing: `scrub` and its streams return their input."""
+        return cls({})
+
+    def scrub(self, text: str) -> str:
+        """`text` with every secret replaced by its marker."""
+        if self._regex is None:
+            return text
+        return self._scan(text, final=True)[0]
+
+    def stream(self) -> ScrubStream:
+        """A scrubbing stream for one output, fed chunk by chunk (see ScrubStream)."""
+        return ScrubStream(self)
+
+    def _scan(self, raw: str, final: bool) -> tuple[str, str]:
+        """(what can be emitted now, secrets replaced; the end of `raw` held back).
+
+        Unless `final`, the held part is the longest end of the visible text that is the start of
+        a form and may become a secret with the next chunk; it is rescanned then.
+        """
+        escapes = _Escapes(raw) if "\x1b" in raw else None
+        visible = escapes.visible if escapes else raw
+        size = len(visible)
+        hold = size if final else self._hold_start(visible, 0)
+        out = []
+        done = 0
+        for match in self._regex.finditer(visible):
+            start, end = match.span()
+            if start >= hold:
+                break
+            # A match that starts before `hold` cannot grow: visible[start:] is not the start of
+            # a longer form (or `hold` would be at or before `start`).
+            if escapes:
+                out.append(raw[escapes.after(done):escapes.at(start)])
+                out.append(MARKER.format(self._labels[match.group()]))
+                # Keep the escapes inside the match, so colours end as the program set them.
+                out.append(escapes.between(start, end))
+            else:
+                out.append(raw[done:start])
+                out.append(MARKER.format(self._labels[match.group()]))
+            done = end
+            if end > hold:
+                hold = self._hold_start(visible, end)
+        cut = escapes.at(hold) if escapes else hold
+        out.append(raw[escapes.after(done) if escapes else done:cut])
+        return "".join(out), raw[cut:]
+
+    def _hold_start(self, visible: str, floor: int) -> int:
+        """The first index from `floor` at which the rest of `visible` is a proper prefix of a
+        form, or len(visible)."""
+        size = len(visible)
+        forms = self._forms
+        for index in range(max(floor, size - self.longest + 1), size):
+            if visible[index] not in self._firsts:
+                continue
+            tail = visible[index:]
+            # The forms that start with `tail` follow it in sorted order.
+            found = bisect.bisect_left(forms, tail)
+            if found < len(forms) and forms[found] == tail:
+                found += 1
+            if found < len(forms) and forms[found].startswith(tail):
+                return index
+        return size
+
+    def __repr__(self) -> str:
+        return f"<Scrubber {len(set(self._labels.values()))} labels, {len(self._forms)} forms>"
+
+
+class ScrubStream:
+    """Scrubs one output read in chunks: `feed(chunk)` returns what is safe to emit now and
+    `flush()` the rest at the end.
+
+    A secret split across any number of chunks is found. What is held back is the end of the
+    output that could still become a secret: at most `Scrubber.longest - 1` visible characters,
+    plus the escape sequences among them and an escape sequence cut by the end of the chunk.
+    Text that cannot start a secret is returned at once. Not thread-safe: one stream per output.
+    """
+
+    __slots__ = ("_scrubber", "_held")
+
+    def __init__(self, scrubber: Scrubber):
+        self._scrubber = scrubber
+        self._held = ""
+
+    def feed(self, text: str) -> str:
+        """The scrubbed output that can be emitted after `text`; the rest is held back."""
+        scrubber = self._scrubber
+        if scrubber._regex is None:
+            return text
+        raw = self._held + text if self._held else text
+        pending = ""
+        escape = raw.rfind("\x1b", max(0, len(raw) - MAX_ESCAPE_CHARS))
+        if escape >= 0 and _ESCAPE_START.match(raw, escape):
+            raw, pending = raw[:escape], raw[escape:]
+        out, held = scrubber._scan(raw, final=False)
+        self._held = held + pending
+        return out
+
+    def flush(self) -> str:
+        """The held-back end of the output, scrubbed. The stream may then be fed again, but a
+        secret that straddles a flush is not found."""
+        held, self._held = self._held, ""
+        if not held:
+            return ""
+        return self._scrubber._scan(held, final=True)[0]
+
+
+class _Escapes:
+    """A text without its escape sequences (`visible`), and the map back to the text."""
+
+    __slots__ = ("visible", "_raw", "_spans", "_positions", "_removed")
+
+    def __init__(self, raw: str):
+        spans = [match.span() for match in _ESCAPE_RUN.finditer(raw)
+                 if match.end() - match.start() <= MAX_ESCAPE_RUN_CHARS]
+        parts = []
+        positions = []  # the visible index before which each run stands
+        removed = [0]  # removed[k]: characters of the runs before run k
+        last = 0
+        for start, end in spans:
+            parts.append(raw[last:start])
+            positions.append(start - removed[-1])
+            removed.append(removed[-1] + end - start)
+            last = end
+        parts.append(raw[last:])
+        self.visible = "".join(parts)
+        self._raw = raw
+        self._spans = spans
+        self._positions = positions
+        self._removed = removed
+
+    def at(self, index: int) -> int:
+        """The index in the text of visible character `index` (after the escapes before it)."""
+        return index + self._removed[bisect.bisect_right(self._positions, index)]
+
+    def after(self, index: int) -> int:
+        """The index in the text just after visible character `index - 1`."""
+        return index + self._removed[bisect.bisect_left(self._positions, index)]
+
+    def between(self, start: int, end: int) -> str:
+        """The escape sequences between visible characters `start` and `end - 1`."""
+        first = bisect.bisect_right(self._positions, start)
+        last = bisect.bisect_left(self._positions, end)
+        return "".join(self._raw[a:b] for a, b in self._spans[first:last])
+
+
+def secrets_of(config, provider_keys: Mapping[str, str]) -> dict[str, str]:
+    """The label → value map of a Scrubber: the access token (`token`), the secret (`secret`:
+    the config's, or else the one in `<data>/secret.key` when that file exists) and each provider
+    key, labelled with the provider's name reduced to [a-z0-9-] (`-2`, `-3`, ... on a clash).
+    Empty values are left out. Reads a file: call it when the keys change, not for each output.
+    Raises nothing."""
+    found: dict[str, str] = {}
+
+    def add(label: str, value: str) -> None:
+        if not value:
+            return
+        unique, number = label, 2
+        while unique in found:
+            unique, number = f"{label}-{number}", number + 1
+        found[unique] = value
+
+    add("token", config.token)
+    add("secret", config.secret or _stored_secret(config.data))
+    for name, key in provider_keys.items():
+        add(_label(name, "provider"), key)
+    return found
+
+
+def _stored_secret(data_dir: str) -> str:
+    """The secret of `<data_dir>/secret.key`, or "" when it is missing or unusable (never made)."""
+    try:
+        return _read_secret(os.path.join(data_dir, SECRET_FILE))
+    except (OSError, VaultError):
+        return ""
+
+
+def _label(name: str, default: str) -> str:
+    """`name` reduced to [a-z0-9-]: it goes into output, so it carries no other character."""
+    return _NOT_LABEL.sub("-", str(name).lower()).strip("-") or default
+
+
+def _forms_of(value: str) -> set[str]:
+    """The ways `value` may be written in output, besides itself."""
+    forms = set()
+    for ascii_only in (True, False):
+        escaped = json.dumps(value, ensure_ascii=ascii_only)[1:-1]
+        forms.update((escaped, escaped.replace("/", "\\/"),  # PHP and others escape the slash
+                      re.sub(r"\\u[0-9a-f]{4}", lambda m: m.group().upper().replace("\\U", "\\u"),
+                             escaped)))
+    data = value.encode("utf-8")
+    # Percent-encoding of every byte but the unreserved ones (RFC 3986 § 2.1: either case).
+    upper = "".join(chr(byte) if byte in URL_UNRESERVED else f"%{byte:02X}" for byte in data)
+    lower = "".join(chr(byte) if byte in URL_UNRESERVED else f"%{byte:02x}" for byte in data)
+    forms.update((upper, lower, upper.replace("%20", "+"), lower.replace("%20", "+")))
+    # Base64 (RFC 4648 § 4 and § 5). Inside a larger encoded text the value starts at byte 0, 1 or
+    # 2 of a 3-byte group; character j of the encoding carries bits [6j, 6j + 6), so the characters
+    # made of the value's bits alone are the same whatever surrounds it.
+    for shift in range(3):
+        encoded = base64.b64encode(bytes(shift) + data).decode("ascii")
+        inner = encoded[(8 * shift + 5) // 6:(8 * shift + 8 * len(data)) // 6]
+        whole = (encoded, encoded.rstrip("=")) if shift == 0 else ()
+        for form in (inner, *whole):
+            forms.update((form, form.translate(_URLSAFE)))
+    forms.discard(value)
+    forms.discard("")
+    return forms
+
+
+_URLSAFE = str.maketrans("+/", "-_")
+
+
+def _trie_pattern(words: list[str]) -> str:
+    """A regex matching any of `words` (sorted, distinct, non-empty), the longest at a position.
+
+    The words are factored by common prefixes: `ab(?:c(?:de)?|x)` for ab, abc, abcde, abx. The
+    greedy `?` tries the longer words first; branches differ in their first character, so at most
+    one is followed. Nesting grows with the branch points of a word, not with its length.
+    """
+    prefix = os.path.commonprefix([words[0], words[-1]])
+    rest = [word[len(prefix):] for word in words]
+    optional = rest[0] == ""
+    if optional:
+        rest = rest[1:]
+    if not rest:
+        return re.escape(prefix)
+    branches = [_trie_pattern(list(group)) for _, group in itertools.groupby(rest, key=lambda w: w[0])]
+    body = "|".join(branches)
+    if len(branches) > 1 or optional:
+        body = f"(?:{body})"
+    return re.escape(prefix) + body + ("?" if optional else "")

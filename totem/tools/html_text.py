@@ -28,6 +28,7 @@ BLOCK_TAGS = frozenset({
 HEADING_TAGS = {f"h{level}": level for level in range(1, 7)}
 CELL_TAGS = frozenset({"td", "th"})
 LIST_TAGS = frozenset({"ul", "ol", "menu"})
+MAX_LIST_INDENT = 6  # nesting levels shown as indentation; deeper lists stay at this level
 # Tags that never have an end tag: `<br>` and `<br/>` mean the same.
 VOID_TAGS = frozenset({"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta",
                        "source", "track", "wbr"})
@@ -146,6 +147,7 @@ class _Converter(HTMLParser):
             self._end_block()
             self._blocks.append(("p", "---"))
         elif tag == "a":
+            self._end_link()  # an <a> inside an open <a> closes it (HTML's parsing rules)
             self._links.append((self._link_url(dict(attrs).get("href")), self._sink(), len(self._sink())))
         elif tag == "img":
             alt = (dict(attrs).get("alt") or "").strip()
@@ -242,18 +244,25 @@ class _Converter(HTMLParser):
         if self._cell is not None:
             self._cell.append(" ")  # blocks inside a table cell stay on the row
             return
-        text = _collapse("".join(self._inline))
         old, self._inline = self._inline, []
-        # A link around several blocks (<a><h3>..</h3><p>..</p></a>) is shown after the last one.
-        self._links = [(url, self._inline, 0) if sink is old else (url, sink, start)
-                       for url, sink, start in self._links]
+        # A link around several blocks (<a><h3>..</h3><p>..</p></a>) is shown after the first
+        # block that has text; it goes on over the next blocks without its url.
+        links = []
+        for url, sink, start in self._links:
+            if sink is old:
+                if url is not None and self._show_link(url, old, start):
+                    url = None
+                sink, start = self._inline, 0
+            links.append((url, sink, start))
+        self._links = links
+        text = _collapse("".join(old))
         kind, self._kind = self._kind, "p"
         if not text:
             return
         if kind in HEADING_TAGS:
             text = "#" * HEADING_TAGS[kind] + " " + text.replace("\n", " ")
         elif kind == "li":
-            indent = "  " * max(len(self._lists) - 1, 0)
+            indent = "  " * min(max(len(self._lists) - 1, 0), MAX_LIST_INDENT)
             text = indent + "- " + text.replace("\n", "\n" + indent + "  ")
         self._blocks.append((kind, text))
 
@@ -294,10 +303,15 @@ class _Converter(HTMLParser):
         if not self._links:
             return
         url, sink, start = self._links.pop()
-        if url is None or sink is not self._sink():
-            return
+        if url is not None and sink is self._sink():
+            self._show_link(url, sink, start)
+
+    @staticmethod
+    def _show_link(url: str, sink: list[str], start: int) -> bool:
+        """Add ` (url)` after the link's text in `sink`; False when it has no text to follow."""
         text = _collapse("".join(sink[start:]))
         if not text:
-            return
+            return False
         if text != url:
             sink.append(f" ({url})")
+        return True
