@@ -1,141 +1,373 @@
-// Totem's page: projects, sessions and their messages, kept live over the WebSocket.
-import { EVENTS, CLIENT } from '/events.js';
+// Totem's page: wires the REST API, the WebSocket and the parts of the screen together.
+//
+// State lives here; the modules render. Every session of the open project is subscribed, so the
+// session list is live and a question that waits anywhere is seen. After a reconnect the page
+// reloads the stored state (sessions, the open conversation) and only then subscribes again.
+import { EVENTS } from '/events.js';
+import { api } from '/api.js';
+import { byId, toast } from '/dom.js';
+import { Socket } from '/socket.js';
+import { Conversation } from '/conversation.js';
+import { Composer } from '/composer.js';
+import { Questions } from '/questions.js';
+import { renderProjects, renderSessions, FolderBrowser, forgetProject } from '/sidebar.js';
+import { renderTodos, loadGit, FileTree } from '/panels.js';
+import { ProvidersDialog, RulesDialog } from '/settings.js';
+import { enableCopyButtons } from '/markdown.js';
 
-const state = { projects: [], sessions: [], project: null, session: null, socket: null, retry: 0 };
-const $ = (id) => document.getElementById(id);
+const MESSAGE_PAGE = 200;
+const GIT_REFRESH_MS = 600;
+const LAST_PROJECT_KEY = 'totem.project';
 
-async function api(name, { id, query, body } = {}) {
-  let url = `/api/${name}${id ? `/${encodeURIComponent(id)}` : ''}`;
-  if (query) url += `?${new URLSearchParams(query)}`;
-  const options = body === undefined ? {} : {
-    method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body),
-  };
-  const response = await fetch(url, options);
-  if (response.status === 401) {
-    location.href = '/login';
-    throw new Error('signed out');
-  }
-  const data = await response.json();
-  if (!response.ok) throw new Error(data.map((p) => (p.name ? `${p.name}: ${p.error}` : p.error)).join('; '));
-  return data;
+const state = { projects: [], project: null, sessions: [], session: null, catalog: { providers: [], models: [] } };
+let gitTimer = 0;
+
+const conversation = new Conversation(byId('conversation'), { onLoadEarlier: loadEarlier });
+const questions = new Questions(byId('questions'), { onChange: () => { paintSessions(); paintTitle(); } });
+const composer = new Composer({ onSend: sendPrompt, onAbort: abort, onNewSession: newSession });
+const tree = new FileTree({ onPick: (path) => composer.insert(path) });
+const folders = new FolderBrowser({ onOpen: openFolder });
+const providers = new ProvidersDialog({ onChange: loadCatalog });
+const rules = new RulesDialog();
+const socket = new Socket({ onEvent, onOpen: resync, onState: paintConnection });
+enableCopyButtons(byId('conversation'));
+
+// -- rendering -------------------------------------------------------------------------------
+
+function paintProjects() {
+  renderProjects(state.projects, state.project, { onSelect: (p) => selectProject(p), onForget: forget });
 }
 
-function notice(text) {
-  $('notice').textContent = text || '';
-  $('notice').hidden = !text;
+function paintSessions() {
+  renderSessions(state.sessions, state.session, questions, {
+    onSelect: (s) => selectSession(s), onRename: rename, onRemove: removeSession,
+  });
 }
 
-function item(label, status, active, onClick) {
-  const li = document.createElement('li');
-  const name = document.createElement('span');
-  name.textContent = label;
-  li.append(name);
-  if (status) {
-    const badge = document.createElement('span');
-    badge.className = 'status';
-    badge.textContent = status;
-    li.append(badge);
-  }
-  if (active) li.classList.add('active');
-  li.addEventListener('click', onClick);
-  return li;
+function paintTitle() {
+  const waiting = questions.total();
+  document.title = `${waiting ? `(${waiting}) ` : ''}${state.session ? `${state.session.name} · ` : ''}Totem`;
 }
 
-function renderProjects() {
-  $('projects').replaceChildren(...state.projects.map((p) =>
-    item(p.name, '', state.project?.id === p.id, () => selectProject(p))));
-  $('new-session').disabled = !state.project;
+function paintSession() {
+  const { session, project } = state;
+  byId('welcome').hidden = !!project;
+  byId('sessions-section').hidden = !project;
+  byId('panels').hidden = !project;
+  byId('composer').hidden = !project;
+  byId('open-rules').disabled = !project;
+  byId('project-title').textContent = project ? project.path : '';
+  byId('session-view').hidden = !project;
+  byId('session-title').textContent = session ? session.name : 'New session';
+  const status = byId('session-status');
+  status.textContent = session ? session.status : '';
+  status.className = `badge status-${session?.status ?? 'none'}`;
+  status.hidden = !session;
+  const running = session?.status === 'running';
+  composer.setRunning(running);
+  conversation.setRunning(running);
+  paintTitle();
 }
 
-function renderSessions() {
-  $('sessions').replaceChildren(...state.sessions.map((s) =>
-    item(s.name, s.status, state.session?.id === s.id, () => selectSession(s))));
+function paintConnection(connection) {
+  const element = byId('connection');
+  element.dataset.state = connection;
+  element.textContent = { connecting: 'Connecting…', open: 'Connected', closed: 'Reconnecting…' }[connection];
 }
 
-async function loadProjects() {
+function remember() {
+  const { project, session } = state;
+  const hash = project ? `#/${project.id}${session ? `/${session.id}` : ''}` : '';
+  if (location.hash !== hash) history.replaceState(null, '', hash || location.pathname);
+  if (project) localStorage.setItem(LAST_PROJECT_KEY, project.id);
+}
+
+// -- projects and sessions -------------------------------------------------------------------
+
+async function openFolder(path) {
+  const project = await api('projects_open', { body: { path } });
   state.projects = await api('projects');
-  renderProjects();
+  await selectProject(project);
 }
 
-async function selectProject(project) {
+async function selectProject(project, sessionid) {
+  if (state.project?.id !== project.id) {
+    socket.unsubscribeAll();
+    questions.forget();
+  }
   state.project = project;
   state.session = null;
-  renderProjects();
+  paintProjects();
   state.sessions = await api('sessions', { query: { projectid: project.id } });
-  renderSessions();
+  for (const session of state.sessions) socket.subscribe(session.id);
+  const session = state.sessions.find((s) => s.id === sessionid) ?? state.sessions[0];
+  if (session) await selectSession(session);
+  else showEmptySession();
+  tree.load(project.id);
+  loadGit(project.id);
+}
+
+function showEmptySession() {
+  state.session = null;
+  conversation.reset();
+  questions.show(null);
+  renderTodos([]);
+  paintSessions();
+  paintSession();
+  remember();
 }
 
 async function selectSession(session) {
-  if (state.session) send({ type: CLIENT.UNSUBSCRIBE, sessionid: state.session.id });
   state.session = session;
-  renderSessions();
-  $('session-title').textContent = session.name;
-  $('session-title').classList.remove('muted');
-  const { messages } = await api('sessions_messages', { id: session.id });
-  $('messages').replaceChildren(...messages.map((m) => {
-    const li = document.createElement('li');
-    li.textContent = `${m.role}: ${m.parts.map((p) => p.text).join('')}`;
-    return li;
-  }));
-  send({ type: CLIENT.SUBSCRIBE, sessionid: session.id });
+  paintSessions();
+  paintSession();
+  composer.useSession(session);
+  questions.show(session.id);
+  remember();
+  await loadConversation();
+  composer.focus();
 }
 
-function send(message) {
-  if (state.socket?.readyState === WebSocket.OPEN) state.socket.send(JSON.stringify(message));
+async function loadConversation() {
+  const session = state.session;
+  if (!session) return;
+  const [page, todos, fresh] = await Promise.all([
+    api('sessions_messages', { id: session.id, query: { limit: MESSAGE_PAGE } }),
+    api('sessions_todos', { id: session.id }),
+    api('sessions_read', { id: session.id }),
+  ]);
+  if (state.session?.id !== session.id) return; // another session was chosen meanwhile
+  Object.assign(session, fresh);
+  conversation.load(page.messages, page.more);
+  // Stored text of a part that is still streaming may lag by a second: read it again at the end.
+  if (session.status === 'running') conversation.stale = true;
+  renderTodos(todos.items);
+  paintSession();
 }
 
-function onEvent(event) {
-  if (event.type === EVENTS.SESSION_STATUS || event.type === EVENTS.SESSION_UPDATED) {
-    const index = state.sessions.findIndex((s) => s.id === event.sessionid);
-    const session = event.data.session;
-    if (session?.removed) {
-      if (index >= 0) state.sessions.splice(index, 1);
-    } else if (index >= 0) {
-      Object.assign(state.sessions[index], session || { status: event.data.status });
-    } else if (session && session.projectid === state.project?.id) {
-      state.sessions.unshift(session);
-    }
-    renderSessions();
-  }
+async function loadEarlier() {
+  const session = state.session;
+  if (!session || !conversation.oldest) return;
+  const page = await api('sessions_messages', { id: session.id, query: { before: conversation.oldest, limit: MESSAGE_PAGE } });
+  if (state.session?.id === session.id) conversation.prepend(page.messages, page.more);
 }
 
-function connect() {
-  const socket = new WebSocket(`${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/ws/`);
-  state.socket = socket;
-  socket.addEventListener('open', () => {
-    state.retry = 0;
-    $('connection').textContent = 'connected';
-    if (state.session) selectSession(state.session);
-  });
-  socket.addEventListener('message', (message) => onEvent(JSON.parse(message.data)));
-  socket.addEventListener('close', () => {
-    $('connection').textContent = 'reconnecting…';
-    const delay = Math.min(10000, 500 * 2 ** state.retry++);
-    setTimeout(connect, delay);
-  });
-}
-
-$('open-project').addEventListener('submit', async (event) => {
-  event.preventDefault();
-  try {
-    const project = await api('projects_open', { body: { path: $('project-path').value } });
-    notice('');
-    await loadProjects();
-    await selectProject(project);
-  } catch (error) {
-    notice(error.message);
-  }
-});
-
-$('new-session').addEventListener('click', async () => {
+async function newSession(firstPrompt) {
+  if (!state.project) return;
   try {
     const session = await api('sessions_create', { body: { projectid: state.project.id } });
-    if (!state.sessions.some((s) => s.id === session.id)) state.sessions.unshift(session);
+    addSession(session);
     await selectSession(session);
+    if (firstPrompt) await sendPrompt(firstPrompt);
   } catch (error) {
-    notice(error.message);
+    toast(error.message);
+  }
+}
+
+function addSession(session) {
+  if (state.sessions.some((s) => s.id === session.id)) return;
+  state.sessions.unshift(session);
+  socket.subscribe(session.id);
+  paintSessions();
+}
+
+async function rename(session, name) {
+  try {
+    Object.assign(session, await api('sessions_update', { id: session.id, body: { name } }));
+  } catch (error) {
+    toast(error.message);
+  }
+  paintSessions();
+  paintSession();
+}
+
+async function removeSession(session) {
+  try {
+    await api('sessions_remove', { id: session.id, post: true });
+  } catch (error) {
+    toast(error.message);
+    return;
+  }
+  dropSession(session.id);
+}
+
+function dropSession(sessionid) {
+  state.sessions = state.sessions.filter((s) => s.id !== sessionid);
+  socket.unsubscribe(sessionid);
+  questions.forget(sessionid);
+  if (state.session?.id === sessionid) {
+    if (state.sessions[0]) selectSession(state.sessions[0]);
+    else showEmptySession();
+  } else paintSessions();
+}
+
+async function forget(project) {
+  if (!await forgetProject(project)) return;
+  state.projects = state.projects.filter((p) => p.id !== project.id);
+  if (state.project?.id === project.id) {
+    socket.unsubscribeAll();
+    questions.forget();
+    state.project = null;
+    state.sessions = [];
+    showEmptySession();
+  }
+  paintProjects();
+}
+
+// -- prompts ---------------------------------------------------------------------------------
+
+async function sendPrompt(body) {
+  if (!body.model) {
+    toast('Choose a model first: add a provider in Providers');
+    providers.show();
+    return;
+  }
+  if (!state.session) {
+    await newSession(body);
+    return;
+  }
+  try {
+    await api('sessions_prompt', { id: state.session.id, body });
+    localStorage.setItem('totem.model', body.model);
+    composer.clear();
+  } catch (error) {
+    toast(error.message);
+  }
+}
+
+async function abort() {
+  if (state.session?.status !== 'running') return;
+  try {
+    await api('sessions_abort', { id: state.session.id, post: true });
+  } catch (error) {
+    if (error.status !== 400) toast(error.message); // 400: it had just ended
+  }
+}
+
+async function loadCatalog() {
+  try {
+    state.catalog = await api('providers_catalog');
+  } catch (error) {
+    toast(error.message);
+    return;
+  }
+  composer.setCatalog(state.catalog, state.session?.model);
+}
+
+// -- events ----------------------------------------------------------------------------------
+
+function onEvent(event) {
+  const { type, sessionid, data } = event;
+  const current = sessionid && sessionid === state.session?.id;
+  switch (type) {
+    case EVENTS.SESSION_STATUS: {
+      const session = state.sessions.find((s) => s.id === sessionid);
+      if (!session) return;
+      session.status = data.status;
+      paintSessions();
+      if (!current) return;
+      paintSession();
+      if (data.status !== 'running') {
+        refreshGit();
+        if (conversation.stale) loadConversation();
+      }
+      return;
+    }
+    case EVENTS.SESSION_UPDATED: {
+      const { session } = data;
+      if (session.removed) {
+        if (state.sessions.some((s) => s.id === session.id)) dropSession(session.id);
+        return;
+      }
+      const known = state.sessions.find((s) => s.id === session.id);
+      if (known) Object.assign(known, session);
+      else if (session.projectid === state.project?.id) addSession(session);
+      paintSessions();
+      if (current) paintSession();
+      return;
+    }
+    case EVENTS.PERMISSION_ASK: questions.askPermission(sessionid, { ...data, sessionid }); return;
+    case EVENTS.QUESTION_ASK: questions.askQuestion(sessionid, { ...data, sessionid }); return;
+    case EVENTS.PERMISSION_REPLIED:
+    case EVENTS.QUESTION_REPLIED: questions.remove(sessionid, data.id); return;
+    default:
+  }
+  if (!current) return;
+  switch (type) {
+    case EVENTS.MESSAGE_CREATED: conversation.addMessage(data.message); break;
+    case EVENTS.PART_CREATED: conversation.addPart(data.part); break;
+    case EVENTS.PART_DELTA: conversation.delta(data.partid, data.text); break;
+    case EVENTS.PART_UPDATED: conversation.updatePart(data.part); break;
+    case EVENTS.PART_CLOSED: conversation.closePart(data.partid); break;
+    case EVENTS.TODO_UPDATED: renderTodos(data.items); break;
+    case EVENTS.DIFF_UPDATED: refreshGit(); break;
+    case EVENTS.ERROR: conversation.showError(data.message, data.retry); break;
+    default: // terminal events: no terminal panel yet
+  }
+}
+
+function refreshGit() {
+  clearTimeout(gitTimer);
+  gitTimer = setTimeout(() => { if (state.project) loadGit(state.project.id); }, GIT_REFRESH_MS);
+}
+
+// After a reconnect: read the stored state again; the socket subscribes once this is done.
+async function resync(reconnected) {
+  if (!reconnected) return;
+  questions.forget(); // the server sends the waiting ones again on subscribe
+  try {
+    state.projects = await api('projects');
+    paintProjects();
+    if (!state.project) return;
+    state.sessions = await api('sessions', { query: { projectid: state.project.id } });
+    const fresh = state.sessions.find((s) => s.id === state.session?.id);
+    if (fresh) {
+      state.session = fresh;
+      await loadConversation();
+    }
+    paintSessions();
+    paintSession();
+    loadCatalog();
+  } catch (error) {
+    toast(error.message);
+  }
+}
+
+// -- keyboard and buttons --------------------------------------------------------------------
+
+document.addEventListener('keydown', (event) => {
+  if (event.key === 'Escape' && !document.querySelector('dialog[open]') && state.session?.status === 'running') {
+    event.preventDefault();
+    abort();
   }
 });
+for (const id of ['open-folder', 'welcome-open']) {
+  byId(id).addEventListener('click', () => folders.show(state.project?.path));
+}
+byId('new-session').addEventListener('click', () => newSession());
+byId('open-providers').addEventListener('click', () => providers.show());
+byId('open-rules').addEventListener('click', () => { if (state.project) rules.show(state.project); });
+byId('git-refresh').addEventListener('click', () => { if (state.project) loadGit(state.project.id); });
+byId('files-refresh').addEventListener('click', () => { if (state.project) tree.load(state.project.id); });
+byId('sign-out').addEventListener('click', async () => {
+  await api('logout', { post: true }).catch(() => {});
+  location.href = '/login';
+});
 
-loadProjects().catch((error) => notice(error.message));
-connect();
+// -- start -----------------------------------------------------------------------------------
+
+async function start() {
+  const account = await api('account');
+  byId('sign-out').hidden = !account.token;
+  socket.connect();
+  const [projects] = await Promise.all([api('projects'), loadCatalog()]);
+  state.projects = projects;
+  paintProjects();
+  const [, projectid, sessionid] = location.hash.split('/');
+  const wanted = projectid || localStorage.getItem(LAST_PROJECT_KEY);
+  const project = state.projects.find((p) => p.id === wanted) ?? state.projects[0];
+  if (project) await selectProject(project, sessionid);
+  else paintSession();
+}
+
+start().catch((error) => toast(error.message));

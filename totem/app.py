@@ -79,13 +79,14 @@ class App:
 
 async def serve(config: Config) -> None:
     """Run until SIGINT or SIGTERM."""
-    app = App(config)
-    await app.start()
-    print(f"Totem is listening on {app.url}/", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    app = App(config)
+    await app.start()
+    # Printed once a stop signal is handled: whoever waits for this line may stop us at once.
+    print(f"Totem is listening on {app.url}/", flush=True)
     try:
         await stop.wait()
     finally:

@@ -139,6 +139,7 @@ def default_registry() -> Registry:
     from .ask import AskTool
     from .bash import BashTool
     from .edit import EditTool
+    from .fetch import FetchTool
     from .glob import GlobTool
     from .grep import GrepTool
     from .patch import PatchTool
@@ -148,7 +149,7 @@ def default_registry() -> Registry:
     from .write import WriteTool
 
     return Registry([ReadTool(), GlobTool(), GrepTool(), SkillTool(), TodoTool(), AskTool(),
-                     WriteTool(), EditTool(), PatchTool(), BashTool()])
+                     FetchTool(), WriteTool(), EditTool(), PatchTool(), BashTool()])
 
 
 def resolve_path(ctx: ToolContext, path: str) -> str:

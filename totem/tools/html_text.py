@@ -66,7 +66,8 @@ def codec_name(label: str) -> str | None:
     """The Python codec for a charset label, or None when Python does not know it."""
     try:
         name = codecs.lookup(label.strip().strip("\"'")).name
-    except (LookupError, ValueError):
+        b"a".decode(name, "replace")  # refuses codecs that are not text (base64, zlib, idna)
+    except (LookupError, ValueError):  # UnicodeError is a ValueError
         return None
     # The web's "iso-8859-1" and "ascii" mean windows-1252 (WHATWG Encoding, "labels").
     return "cp1252" if name in ("latin-1", "iso8859-1", "ascii") else name
