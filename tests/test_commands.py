@@ -1,13 +1,16 @@
 """Commands end to end: bash through the scripted model, timeouts, caps, abort, jobs, environment."""
 
 import asyncio
+import base64
+import glob
+import json
 import os
 import resource
 import time
 
 from totem.runner import group_running
 from tests.model_server import reply
-from tests.test_loop import LoopCase
+from tests.test_loop import KEY, LoopCase
 from tests.utils import MS, call, next_event
 
 
@@ -104,6 +107,45 @@ class CommandsTest(LoopCase):
         self.assertNotIn("server-only-value", result)
         self.assertNotIn("sk-from-the-server-environment", result)
         self.assertNotIn("TOTEM_TEST_SERVER_SECRET", result)
+
+    async def test_key_echoed_is_scrubbed(self):
+        """A key printed by a command reaches the event, the part, the model and the database scrubbed."""
+        split = len(KEY) // 2
+        root = self.folder("proj")
+        for name, text in (("one", KEY[:split]), ("two", KEY[split:] + "\n"), ("key", KEY)):
+            with open(os.path.join(root, name), "w") as handle:
+                handle.write(text)
+        # The key reaches the output in two writes, and base64-encoded.
+        command = "cat one; sleep 0.2; cat two; base64 key"
+        events = await self.run_prompt(("bash", {"command": command}))
+        marker = "[secret:scripted]"
+        self.assertNotIn(KEY, json.dumps(events))
+        streamed = "".join(e["data"]["text"] for e in events if e["type"] == "part.delta")
+        self.assertIn(marker, streamed)
+        result = tool_results(self.model.requests[1])[0]
+        self.assertNotIn(KEY, result)
+        self.assertIn(marker, result)
+        stored = (await call(self.app, "sessions_messages", ident=self.session["id"])).json()["messages"]
+        self.assertNotIn(KEY, json.dumps(stored))
+        encoded = base64.b64encode(KEY.encode()).decode()
+        self.assertNotIn(encoded[4:-4], json.dumps(stored))
+        for path in glob.glob(os.path.join(self.app.config.data, "*")):
+            with open(path, "rb") as handle:
+                data = handle.read()
+            self.assertNotIn(KEY.encode(), data, path)
+
+    async def test_job_output_scrubbed(self):
+        """A key printed by a background job is scrubbed in Sessions|jobs."""
+        with open(os.path.join(self.folder("proj"), "key"), "w") as handle:
+            handle.write(KEY)
+        await self.run_prompt(("bash", {"command": "cat key; echo; sleep 100", "background": True}))
+        for _ in range(300):
+            jobs = (await call(self.app, "sessions_jobs", ident=self.session["id"])).json()
+            if jobs and "secret" in jobs[0]["output"]:
+                break
+            await asyncio.sleep(10 * MS)
+        self.assertNotIn(KEY, jobs[0]["output"])
+        self.assertIn("[secret:scripted]", jobs[0]["output"])
 
     async def test_job_started_listed_stopped(self):
         """A background job is listed with its output and stops on request."""

@@ -23,7 +23,7 @@ from .jobs import Jobs
 from .routes import Router
 from .store import Store
 from .tools import default_registry
-from .vault import Vault
+from .vault import Scrubber, Vault, VaultError, secrets_of
 
 STATIC_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "static")
 
@@ -40,9 +40,10 @@ class App:
         self.providers = Providers(self.store, self.vault)
         self.hub = Hub(config.wsqueue, config.wsping, self._session_exists)
         self.perimeter = Perimeter(config, self.store)
-        self.jobs = Jobs(self.store.ids.new)
+        self.scrubber = Scrubber.empty()  # the real one is built in start(), from the stored keys
+        self.jobs = Jobs(self.store.ids.new, lambda: self.scrubber)
         self.runs = Runs(self.store, self.hub, self.providers, default_registry(), config.steps, config.rules,
-                         self.jobs)
+                         self.jobs, lambda: self.scrubber)
         self.router = Router(self, static_dir)
         self.http = HttpServer(self.router.handle, config.headtimeout, config.bodytimeout, config.keepalive)
 
@@ -53,11 +54,27 @@ class App:
         """Open the database and listen. Raises OSError (address in use), RuntimeError."""
         os.makedirs(self.config.data, mode=0o700, exist_ok=True)
         await self.store.open()
+        await self.refresh_scrubber()
         try:
             await self.http.start(self.config.listen, self.config.port)
         except BaseException:
             await self.store.close()
             raise
+
+    async def refresh_scrubber(self) -> None:
+        """Rebuild the scrubber of tool, job and terminal output from the current secrets.
+
+        Called at start and whenever a provider key is saved or removed.
+        """
+        keys = {}
+        for provider in await self.providers.list():
+            try:
+                found = await self.providers.stored_key(provider["id"])
+            except VaultError:
+                continue  # a key that cannot be decrypted cannot leak either
+            if found is not None and found[1]:
+                keys[provider["name"]] = found[1]
+        self.scrubber = Scrubber(await asyncio.to_thread(secrets_of, self.config, keys))
 
     @property
     def port(self) -> int:

@@ -57,9 +57,9 @@ class Job:
 class Jobs:
     """The background jobs of every session of one Totem."""
 
-    def __init__(self, new_id, scrub=lambda text: text):
+    def __init__(self, new_id, scrubber):
         self.new_id = new_id
-        self.scrub = scrub
+        self.scrubber = scrubber  # () -> the current vault.Scrubber
         self._jobs: dict[str, Job] = {}
 
     def start(self, sessionid: str, command: str, cwd: str) -> Job:
@@ -73,17 +73,20 @@ class Jobs:
         return job
 
     async def _run(self, job: Job, cwd: str) -> None:
+        scrubber = self.scrubber()
+        stream = scrubber.stream()  # a key split across two chunks of output is still caught
         try:
             result = await runner.run_command(job.command, cwd=cwd, timeout_s=JOB_TIMEOUT_S,
                                               output_cap_bytes=JOB_OUTPUT_CAP_BYTES,
-                                              on_output=lambda text: job.append(self.scrub(text)))
+                                              on_output=lambda text: job.append(stream.feed(text)))
         except asyncio.CancelledError:
+            job.append(stream.flush())
             job.status = "stopped"
             raise
         except runner.CommandError as exc:
-            job.status, job.output = "failed", str(exc)
+            job.status, job.output = "failed", scrubber.scrub(str(exc))
         else:
-            job.output = self.scrub(result.output)
+            job.output = scrubber.scrub(result.output)
             job.exit_code = result.exit_code
             job.status = "timedout" if result.timed_out else "done" if result.exit_code == 0 else "failed"
         finally:

@@ -214,12 +214,10 @@ URL_UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxy
 # CSI (parameter bytes 0x30-0x3F, intermediate bytes 0x20-0x2F, final byte 0x40-0x7E) and the
 # character-set designation of `tput sgr0` (ESC ( B). The three byte classes are disjoint and every
 # sequence starts with ESC, which no class contains: a run is read in one pass, never re-tried.
-_ESCAPE = (rf"\x1b(?:\[[0-?]{{0,{MAX_ESCAPE_PARAMS}}}[ -/]{{0,{MAX_ESCAPE_INTERMEDIATES}}}[@-~]"
-           r"|[()][0-~])")
-_ESCAPE_RUN = re.compile(rf"(?:{_ESCAPE})+")
+_CSI_OPEN = rf"\[[0-?]{{0,{MAX_ESCAPE_PARAMS}}}[ -/]{{0,{MAX_ESCAPE_INTERMEDIATES}}}"
+_ESCAPE_RUN = re.compile(rf"(?:\x1b(?:{_CSI_OPEN}[@-~]|[()][0-~]))+")
 # The start of an escape sequence cut by the end of a chunk: held until the next chunk completes it.
-_ESCAPE_START = re.compile(rf"\x1b(?:\[[0-?]{{0,{MAX_ESCAPE_PARAMS}}}[ -/]{{0,{MAX_ESCAPE_INTERMEDIATES}}}"
-                           r"|[()])?\Z")
+_ESCAPE_START = re.compile(rf"\x1b(?:{_CSI_OPEN}|[()])?\Z")
 _NOT_LABEL = re.compile(r"[^a-z0-9]+")
 
 
@@ -442,9 +440,9 @@ def _forms_of(value: str) -> set[str]:
     forms = set()
     for ascii_only in (True, False):
         escaped = json.dumps(value, ensure_ascii=ascii_only)[1:-1]
-        forms.update((escaped, escaped.replace("/", "\\/"),  # PHP and others escape the slash
-                      re.sub(r"\\u[0-9a-f]{4}", lambda m: m.group().upper().replace("\\U", "\\u"),
-                             escaped)))
+        upper_hex = re.sub(r"\\u[0-9a-f]{4}", lambda m: "\\u" + m.group()[2:].upper(), escaped)
+        for form in (escaped, upper_hex):
+            forms.update((form, form.replace("/", "\\/")))  # PHP and others escape the slash
     data = value.encode("utf-8")
     # Percent-encoding of every byte but the unreserved ones (RFC 3986 § 2.1: either case).
     upper = "".join(chr(byte) if byte in URL_UNRESERVED else f"%{byte:02X}" for byte in data)
@@ -481,7 +479,8 @@ def _trie_pattern(words: list[str]) -> str:
         rest = rest[1:]
     if not rest:
         return re.escape(prefix)
-    branches = [_trie_pattern(list(group)) for _, group in itertools.groupby(rest, key=lambda w: w[0])]
+    groups = itertools.groupby(rest, key=lambda word: word[0])
+    branches = [_trie_pattern(list(group)) for _, group in groups]
     body = "|".join(branches)
     if len(branches) > 1 or optional:
         body = f"(?:{body})"

@@ -25,6 +25,7 @@ from ..tools import OutsideProject, ToolContext, ToolError
 from . import client
 from .providers import redact
 from .questions import Questions
+from ..vault import Scrubber
 from .context import history_messages, load_prompt, system_message, to_ollama_native
 from .stream import (ProviderError, ReasoningDelta, StreamEnd, StreamError, TextDelta, ToolCall,
                      ToolCallStarted, Usage, extract_text_tool_calls)
@@ -63,6 +64,7 @@ class _OpenPart:
     part: dict
     text: list[str] = field(default_factory=list)
     flushed: int = 0  # characters already stored
+    scrub: object = None  # the vault's stream scrubber of a tool's live output
 
 
 @dataclass
@@ -79,7 +81,7 @@ class Runs:
     """The runs of every session of one Totem."""
 
     def __init__(self, store, hub, providers, registry, steps: int, config_rules=(), jobs=None,
-                 backoff_first_s: float = BACKOFF_FIRST_S):
+                 scrubber=None, backoff_first_s: float = BACKOFF_FIRST_S):
         self.store = store
         self.hub = hub
         self.providers = providers
@@ -91,6 +93,7 @@ class Runs:
         self.questions = Questions(hub, store.ids.new)
         self.config_rules = tuple(config_rules)
         self.jobs = jobs
+        self.scrubber = scrubber or Scrubber.empty  # () -> the current vault.Scrubber
         self._flusher: asyncio.Task | None = None
 
     # -- the door: prompt, abort, answer ----------------------------------------------------
@@ -389,10 +392,10 @@ class Runs:
         try:
             result = await tool.run(args, ctx)
         except ToolError as exc:
-            data["error"] = str(exc)
+            data["error"] = self.scrubber().scrub(str(exc))
             await self._finish_tool(run, open_part, "error")
             return
-        output = result.output
+        output = self.scrubber().scrub(result.output)
         if len(output) > MAX_TOOL_OUTPUT_CHARS:
             output = output[:MAX_TOOL_OUTPUT_CHARS] + f"\n[output cut at {MAX_TOOL_OUTPUT_CHARS} characters]"
         data.update({"output": output, "title": result.title, "result": result.data, "finished": now_ms()})
@@ -416,8 +419,10 @@ class Runs:
         def start_job(command: str) -> dict:
             return self.jobs.start(sessionid, command, root).view()
 
+        open_part.scrub = self.scrubber().stream()
         return ToolContext(root=root, sessionid=sessionid,
-                           emit=lambda text: self._append(run, open_part, text), ask=ask, set_todos=set_todos,
+                           emit=lambda text: self._append(run, open_part, open_part.scrub.feed(text)),
+                           ask=ask, set_todos=set_todos,
                            permit=permit, start_job=start_job if self.jobs is not None else None)
 
     async def _permit(self, run: _Run, open_part: _OpenPart, tool: str, subject: str, args: dict,
@@ -483,8 +488,11 @@ class Runs:
     async def _close_part(self, run: _Run, open_part: _OpenPart, status: str) -> None:
         """Store the part complete with its final status; a tool's state change is announced too."""
         partid = open_part.part["id"]
-        if run.open_parts.pop(partid, None) is None:
+        if run.open_parts.get(partid) is None:
             return
+        if open_part.scrub is not None:
+            self._append(run, open_part, open_part.scrub.flush())  # what the scrubber held back
+        run.open_parts.pop(partid, None)
         is_tool = open_part.part["kind"] == "tool"
         part = await self.store.update_part(partid, text="".join(open_part.text),
                                             status=status, data=open_part.part["data"], close=True)

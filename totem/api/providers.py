@@ -70,6 +70,7 @@ async def save_provider(ctx):
     saved = await providers.save(providerid, name, kind, url, key, models)
     if saved is None:
         raise NotFound(("id", f"no provider {providerid}"))
+    await ctx.app.refresh_scrubber()  # output is scrubbed of the new key from now on
     return saved
 
 
@@ -77,6 +78,7 @@ async def remove_provider(ctx):
     ctx.params(()).done()
     if not await ctx.app.providers.remove(ctx.id):
         raise NotFound(("id", f"no provider {ctx.id}"))
+    await ctx.app.refresh_scrubber()
     return success(ctx.id)
 
 

@@ -1,10 +1,11 @@
-"""HTML as readable text for the model, with the standard library's `html.parser`.
+"""The body of a fetched document as text for the model; HTML through `html.parser`.
 
-Owns: dropping what is not content (scripts, styles, templates, SVG, ...), turning the structure
-that carries meaning into plain text (headings as `#` lines, paragraphs, list items as `- `,
-links as `text (absolute url)`, `pre` blocks kept verbatim in fences, table rows with cells
-joined by ` | `), collapsing whitespace and decoding entities; and finding the charset that an
-HTML document declares in a `<meta>` tag.
+Owns: choosing by media type (HTML converted, text types decoded, anything else described in a
+line, never its bytes) and the charset (a byte order mark, then the declared charset, then an
+HTML `<meta charset>`, else UTF-8, bad bytes replaced); and the HTML conversion: dropping what is
+not content (scripts, styles, templates, SVG, ...), headings as `#` lines, paragraphs, list items
+as `- `, links as `text (absolute url)`, `pre` blocks verbatim in fences, table rows with cells
+joined by ` | `, whitespace collapsed and entities decoded.
 
 Must not: fetch anything, follow a link, run a script, or decide what a page may do: the text it
 returns is untrusted data like any other tool output (the agent loop marks it so).
@@ -17,6 +18,15 @@ import re
 from html.parser import HTMLParser
 from urllib.parse import urljoin
 
+HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
+# Returned as text besides text/*, */*+json and */*+xml.
+TEXT_TYPES = frozenset({
+    "application/json", "application/xml", "application/javascript", "application/ecmascript",
+    "application/x-javascript", "application/yaml", "application/x-yaml", "application/toml",
+    "application/x-sh", "application/sql", "application/graphql", "application/x-ndjson",
+    "application/markdown", "image/svg+xml"})
+# Without a media type, a NUL byte this close to the start means binary.
+BINARY_SNIFF_BYTES = 8192
 # Elements whose content is never text for a reader.
 SKIPPED_TAGS = frozenset({"script", "style", "noscript", "template", "svg", "math", "iframe",
                           "object", "embed", "canvas", "select", "datalist"})
@@ -42,6 +52,20 @@ _WHITESPACE = re.compile(r"\s+")
 # Stands for a line break (`<br>`) inside collected inline text until it is collapsed; NUL bytes
 # of the page are replaced before they can be confused with it.
 _BREAK = "\x00"
+
+
+def body_text(body: bytes, media_type: str, charset: str | None, url: str) -> str:
+    """The body as text: HTML converted (links resolved against `url`), text types decoded,
+    anything else described. `media_type` is lower-case without parameters ("" when the server
+    sent none: the body is sniffed); `charset` a codec name from the Content-Type, or None."""
+    if not body:
+        return "(empty body)"
+    if media_type in HTML_TYPES or (not media_type and _looks_like_html(body)):
+        charset = _bom_charset(body) or charset or meta_charset(body) or "utf-8"
+        return html_to_text(body.decode(charset, "replace"), url) or "(no text in the page)"
+    if _is_text_type(media_type) or (not media_type and b"\x00" not in body[:BINARY_SNIFF_BYTES]):
+        return body.decode(_bom_charset(body) or charset or "utf-8", "replace")
+    return f"[{media_type or 'binary'} content of {len(body)} bytes; not shown: fetch returns text only]"
 
 
 def html_to_text(html: str, base_url: str) -> str:
@@ -71,6 +95,25 @@ def codec_name(label: str) -> str | None:
         return None
     # The web's "iso-8859-1" and "ascii" mean windows-1252 (WHATWG Encoding, "labels").
     return "cp1252" if name in ("latin-1", "iso8859-1", "ascii") else name
+
+
+def _is_text_type(media_type: str) -> bool:
+    return media_type.startswith("text/") or media_type in TEXT_TYPES or \
+        media_type.endswith(("+json", "+xml"))
+
+
+def _looks_like_html(body: bytes) -> bool:
+    start = body[:BINARY_SNIFF_BYTES].lstrip(b"\xef\xbb\xbf \t\r\n").lower()
+    return start.startswith((b"<!doctype html", b"<html", b"<head", b"<body"))
+
+
+def _bom_charset(body: bytes) -> str | None:
+    # WHATWG Encoding, "decode": a byte order mark wins over any declared charset.
+    if body.startswith(codecs.BOM_UTF8):
+        return "utf-8-sig"
+    if body.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return "utf-16"
+    return None
 
 
 def _collapse(text: str) -> str:
