@@ -403,7 +403,7 @@ ADVERSARIAL = [
     ("cat .env*", "ask"),
     ("cat [.]env", "ask"),
     ("cat .e?v", "ask"),
-    ("cat *", "allow"),
+    ("cat *", "ask"),  # the shell expands it, maybe through a link out or to .env
     ("cat /etc/passwd", "ask"),
     ("cat ~/.ssh/id_rsa", "ask"),
     ("cat ../other/secret", "ask"),

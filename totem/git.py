@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 
 GIT_TIMEOUT_S = 10.0
 MAX_STATUS_FILES = 1000
@@ -21,6 +22,11 @@ SAFE_OPTIONS = ("-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null",
 STATUS_WORDS = {"M": "modified", "A": "added", "D": "deleted", "R": "renamed", "C": "copied",
                 "T": "typechange", "?": "untracked", "U": "conflict"}
 CONFLICT_PAIRS = {"DD", "AU", "UD", "UA", "DU", "AA", "UU"}
+
+
+MAX_CONFIG_BYTES = 1024 * 1024
+# Sections of a repository's own config that make git run a program or read more config.
+PROGRAM_SECTIONS = re.compile(rb"^\s*\[\s*(filter|include|includeif)\b", re.IGNORECASE | re.MULTILINE)
 
 
 class GitError(Exception):
@@ -114,3 +120,31 @@ async def folder_status(folder: str) -> dict:
     branch, files = parse_status(stdout)
     return {"repository": True, "branch": branch, "files": files[:MAX_STATUS_FILES],
             "more": len(files) > MAX_STATUS_FILES}
+
+
+def repository_runs_programs(folder: str) -> bool:
+    """Whether the repository of a folder configures programs that even `git status` may run
+    (filter drivers) or pulls in more configuration (include). Reads files only; blocking."""
+    dot_git = os.path.join(folder, ".git")
+    try:
+        if os.path.isfile(dot_git):  # a worktree or submodule: "gitdir: <path>"
+            with open(dot_git, "rb") as handle:
+                pointer = handle.read(4096).decode("utf-8", "replace").strip()
+            if not pointer.startswith("gitdir:"):
+                return True
+            git_dir = os.path.join(folder, pointer[len("gitdir:"):].strip())
+        else:
+            git_dir = dot_git
+        configs = [os.path.join(git_dir, "config")]
+        common = os.path.join(git_dir, "commondir")
+        if os.path.isfile(common):
+            with open(common, "rb") as handle:
+                configs.append(os.path.join(git_dir, handle.read(4096).decode("utf-8", "replace").strip(), "config"))
+        for path in configs:
+            if os.path.exists(path):
+                with open(path, "rb") as handle:
+                    if PROGRAM_SECTIONS.search(handle.read(MAX_CONFIG_BYTES)):
+                        return True
+    except OSError:
+        return True  # unreadable: assume the worst
+    return False

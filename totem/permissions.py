@@ -48,6 +48,7 @@ SEVERITY = {"allow": 0, "ask": 1, "deny": 2}
 VERBS = {"allow": "allowed", "ask": "approval required", "deny": "denied"}
 SCHEDULED_REASON = "no person is here to approve (scheduled run)"
 GLOB_CHARS = "*?["
+SEARCH_TOOLS = frozenset({"glob", "grep"})
 # `ls` flags that only change how a listing looks (no -L: it follows links out of the project).
 SAFE_LS_FLAGS = frozenset("1aAdFhlrRStu")
 
@@ -92,6 +93,9 @@ class Call:
     scheduled: bool = False
     outside: bool = False  # the boundary found a path outside the project
     inside: Callable[[str], bool] | None = None  # bash: does this path argument stay inside?
+    # bash: the repository names programs (filter drivers, includes) that git would run, so the
+    # default `git status` safe forms must not apply.
+    git_programs: bool = False
 
 
 def _default(tool: str, pattern: str, action: str, name: str | None = None) -> Rule:
@@ -111,8 +115,8 @@ _DEFAULT_RULES = (
     *(_default(tool, "**", "ask") for tool in ("write", "edit", "patch")),
     _default("bash", "*", "ask"),
     _default("bash", "pwd", "allow"),
-    *(_default("bash", f"git status{flag}", "allow")
-      for flag in ("", " --short", " -s", " --porcelain")),
+    *(_GIT_SAFE_FORMS := tuple(_default("bash", f"git status{flag}", "allow")
+                               for flag in ("", " --short", " -s", " --porcelain"))),
     _default("bash", "ls", "allow"),
     _LS_RULE,
     *(_default(tool, "*", "ask") for tool in ("fetch", "mcp", "mcp-start", "jobstop")),
@@ -141,7 +145,10 @@ def decide(call: Call, rules: Sequence[Rule]) -> Decision:
     for rule in rules:
         if rule.action not in ACTIONS or rule.layer not in LAYERS:
             raise ValueError(f"invalid rule {rule.to_dict()}")
-    candidates = (*rules, *_DEFAULT_RULES)
+    defaults = _DEFAULT_RULES
+    if call.git_programs:
+        defaults = tuple(rule for rule in defaults if rule not in _GIT_SAFE_FORMS)
+    candidates = (*rules, *defaults)
     # A bare string would be iterated letter by letter: take it as the one subject it is.
     subjects = (call.subjects,) if isinstance(call.subjects, str) else tuple(call.subjects) or ("",)
     if call.tool == "bash":
@@ -291,7 +298,8 @@ def _decide_subject(tool: str, subject: str, rules: Sequence[Rule]) -> Decision:
     if not found:
         return _no_rule(tool, subject)
     rule = max(found, key=_rank)
-    if rule.action == "allow" and "*" in rule.pattern and _is_env(subject):
+    # The search tools skip .env files in code, even as their explicit path: nothing to ask.
+    if rule.action == "allow" and "*" in rule.pattern and _is_env(subject) and tool not in SEARCH_TOOLS:
         return _guarded(rule, subject, "is a protected .env file")
     return _by_rule(rule, subject)
 
@@ -328,7 +336,10 @@ def _decide_command(argv: tuple[str, ...], rules: Sequence[Rule], inside) -> Dec
         if any(_names_env(arg) for arg in argv[1:]):
             return _guarded(rule, text, "names a protected .env file")
         if any(_leaves_project(arg, inside) for arg in argv[1:]):
-            return _guarded(rule, text, "names a path outside the project")
+            return _guarded(rule, text, "names a path outside the project or a protected file")
+        if any(_expands(arg) for arg in argv[1:]):
+            # The shell expands it, maybe through a link to a file outside or to a .env file.
+            return _guarded(rule, text, "has a pattern that the shell expands")
     return _by_rule(rule, text)
 
 
@@ -419,6 +430,11 @@ def _leaves_project(arg: str, inside) -> bool:
         if inside is not None and not value.startswith("-") and not _stays(inside, value):
             return True
     return False
+
+
+def _expands(arg: str) -> bool:
+    """Whether the shell may expand an argument into file names (`*`, `?`, `[...]`)."""
+    return any(c in value for value in _values(arg, "=") for c in GLOB_CHARS)
 
 
 def _stays(inside, path: str) -> bool:

@@ -15,7 +15,8 @@ import json
 import logging
 from dataclasses import dataclass, field
 
-from ..boundary import BoundaryError, real_root, resolve_inside
+from ..boundary import BoundaryError, is_protected_env, real_root, relative_path, resolve_inside
+from ..git import repository_runs_programs
 from ..errors import BadRequest
 from ..permissions import Call, Rule, decide, rule_problems, suggest_patterns
 from ..events import (MessageCreated, PartClosed, PartCreated, PartDelta, PartUpdated, RunError,
@@ -455,8 +456,10 @@ class Runs:
         global_rules = [Rule(r["tool"], r["pattern"], r["action"], "global", r["id"])
                         for r in await self.store.list_rules(None)]
         global_rules += [Rule(tool_name, pattern, action, "global") for tool_name, pattern, action in self.config_rules]
+        git_programs = tool == "bash" and await asyncio.to_thread(repository_runs_programs, root)
         call = Call(tool, subjects, mode=run.prompt.mode, autoaccept=run.prompt.autoaccept,
-                    outside=outside is not None, inside=lambda path: _is_inside(root, path))
+                    outside=outside is not None, inside=lambda path: _is_inside(root, path),
+                    git_programs=git_programs)
         return decide(call, project_rules + global_rules)
 
     async def _finish_tool(self, run: _Run, open_part: _OpenPart, status: str) -> None:
@@ -523,11 +526,13 @@ class Runs:
 
 
 def _is_inside(root: str, path: str) -> bool:
+    """Whether a command's path argument stays in the project and is no protected .env file
+    (also through a link: `cat notsecret` where notsecret leads to .env)."""
     try:
-        resolve_inside(root, path)
+        resolved = resolve_inside(root, path)
     except BoundaryError:
         return False
-    return True
+    return not is_protected_env(relative_path(root, resolved))
 
 
 def _suggestions(tool: str, subjects: tuple[str, ...]) -> list[str]:
