@@ -147,6 +147,44 @@ class CommandsTest(LoopCase):
         self.assertNotIn(KEY, jobs[0]["output"])
         self.assertIn("[secret:scripted]", jobs[0]["output"])
 
+    async def serve_pages(self, pages: dict):
+        """A small HTTP server on 127.0.0.1 answering path -> (status, headers, body)."""
+        async def handle(reader, writer):
+            head = await reader.readuntil(b"\r\n\r\n")
+            path = head.split(b" ")[1].decode()
+            status, headers, body = pages.get(path, (404, {}, b"missing"))
+            lines = [f"HTTP/1.1 {status} X", f"Content-Length: {len(body)}", "Connection: close"]
+            lines += [f"{name}: {value}" for name, value in headers.items()]
+            writer.write(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
+            await writer.drain()
+            writer.close()
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        self.addAsyncCleanup(server.wait_closed)
+        self.addCleanup(server.close)
+        return server.sockets[0].getsockname()[1]
+
+    async def test_fetch_html_converted_and_redirect_asks_again(self):
+        """fetch converts a local page to text; a redirect to another host asks again."""
+        final_port = await self.serve_pages({"/final": (
+            200, {"Content-Type": "text/html; charset=utf-8"},
+            b"<html><head><script>alert(1)</script></head><body><h1>Title</h1>"
+            b"<p>Hello &amp; welcome</p><a href='/x'>link</a></body></html>")})
+        # The second hop leads to another host name (localhost), on the second server.
+        self_pages = {"/start": (302, {"Location": "/page"}, b""),
+                      "/page": (302, {"Location": f"http://localhost:{final_port}/final"}, b"")}
+        port = await self.serve_pages(self_pages)
+        events = await self.run_prompt(("fetch", {"url": f"http://127.0.0.1:{port}/start"}))
+        asks = [e["data"] for e in events if e["type"] == "permission.ask"]
+        asked_hosts = [a["input"].get("url", "") for a in asks]
+        self.assertTrue(any("127.0.0.1" in url for url in asked_hosts))
+        self.assertTrue(any("localhost" in url for url in asked_hosts), asked_hosts)
+        self.assertTrue(any("note" in a["input"] for a in asks))  # private address asked even so
+        result = tool_results(self.model.requests[1])[0]
+        self.assertIn("# Title", result)
+        self.assertIn("Hello & welcome", result)
+        self.assertNotIn("alert(1)", result)
+        self.assertIn('trust="untrusted"', result)
+
     async def test_job_started_listed_stopped(self):
         """A background job is listed with its output and stops on request."""
         await self.run_prompt(("bash", {"command": "echo serving; sleep 100", "background": True}))
