@@ -103,6 +103,18 @@ class AskFlowTest(LoopCase):
         self.assertEqual(answer.status, 404)
         self.assertEqual(self.app.hub.pending(self.session["id"]), [])
 
+    async def test_session_removed_while_question_waits(self):
+        """Removing a session while a question waits rejects it and forgets it."""
+        self.model.script(reply(tool_calls=[("read", {"path": ".env"})]))
+        await self.prompt()
+        ask = await wait_for(self.ws, "permission.ask")
+        answer = await call(self.app, "sessions_remove", ident=self.session["id"], method="POST")
+        self.assertEqual(answer.status, 200)
+        replied = await wait_for(self.ws, "permission.replied")
+        self.assertEqual(replied["data"], {"id": ask["data"]["id"], "reply": "reject"})
+        self.assertEqual(self.app.hub.pending(self.session["id"]), [])
+        self.assertFalse(self.app.runs.is_running(self.session["id"]))
+
     async def test_other_client_sees_reply(self):
         """permission.replied reaches every subscribed client."""
         async with await open_ws(self.app) as other:
