@@ -11,7 +11,7 @@ import socket
 from tests.model_server import ScriptedModel, models_fixture
 from tests.utils import MS, TotemCase, call
 from totem.agent.providers import MAX_OLLAMA_NUM_CTX, ModelError, Providers, ProviderTarget
-from totem.agent.stream import ProviderError
+from totem.agent.provider_errors import ProviderError
 from totem.errors import error_body
 
 KEY = "sk-or-v1-5f0c2b9e7a1d4c3b8e6f0a9d2c4b7e1f"

@@ -30,18 +30,15 @@ from tests.model_server import (
     text_chunks,
 )
 from totem.agent.client import ProviderConnectionError, open_stream, request_json, stream_chat
-from totem.agent.stream import (
+from totem.agent.provider_errors import (
     KIND_AUTH,
     KIND_CONNECTION,
     KIND_INVALID_RESPONSE,
     KIND_MODEL_NOT_FOUND,
     KIND_RATE_LIMIT,
     ProviderError,
-    StreamEnd,
-    StreamError,
-    TextDelta,
-    ToolCallStarted,
 )
+from totem.agent.stream import StreamEnd, StreamError, TextDelta, ToolCallStarted
 
 # Every wait is a multiple of MS; raise TOTEM_TEST_SLOWDOWN on a slow machine (as tests/utils.py).
 MS = 0.001 * float(os.environ.get("TOTEM_TEST_SLOWDOWN", "1"))

@@ -13,7 +13,7 @@ from tests.model_server import (
     sse_cases,
     stream_providers,
 )
-from totem.agent.stream import (
+from totem.agent.provider_errors import (
     KIND_AUTH,
     KIND_BILLING,
     KIND_CONNECTION,
@@ -28,21 +28,19 @@ from totem.agent.stream import (
     KIND_TOOL_USE_FAILED,
     KIND_TOOLS_UNSUPPORTED,
     KIND_UNSUPPORTED,
-    MAX_LINE_BYTES,
+    classify_http_error,
+)
+from totem.agent.sse import MAX_LINE_BYTES, NdjsonDecoder, SseDecoder, SseEvent, StreamFormatError
+from totem.agent.stream import (
     ChatAccumulator,
     Finish,
-    NdjsonDecoder,
     ReasoningDelta,
-    SseDecoder,
-    SseEvent,
     StreamError,
-    StreamFormatError,
     TextDelta,
     ToolCall,
     ToolCallDelta,
     ToolCallStarted,
     Usage,
-    classify_http_error,
     extract_text_tool_calls,
 )
 

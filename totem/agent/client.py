@@ -1,41 +1,38 @@
 """Outgoing HTTP/1.1 to model providers, on asyncio streams.
 
 Owns: connecting (TCP, TLS with the default context) under a timeout; sending one request;
-reading the status line and headers within limits; the body framings (Content-Length, chunked,
-read until close) with a read timeout between chunks; closing the socket at once when the caller
-is cancelled (abort) or leaves early; `request_json` for small calls (model lists) with a size
-cap; and `stream_chat`, which drives `stream.py` over a live chat-completions response.
+a read timeout on every read of the response; turning network failures and `httpwire.WireError`
+into ProviderConnectionError or ProviderError; closing the socket at once when the caller is
+cancelled (abort) or leaves early; `request_json` for small calls (model lists) with a size cap;
+and `stream_chat`, which drives `sse.py` and `stream.py` over a live chat-completions response.
 
 Must not: log, or put request headers (Authorization) into any message or exception; retry (the
-agent loop decides, from `ProviderError.retry`); parse chunks itself (stream.py does); use threads.
-One connection per request (`Connection: close`), so no pool and nothing left behind.
+agent loop decides, from `ProviderError.retry`); read HTTP framing itself (httpwire.py does) or
+parse chunks (sse.py and stream.py do); use threads. One connection per request
+(`Connection: close`), so no pool and nothing left behind.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
-import functools
 import json
 import socket
 import ssl
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from totem.agent.stream import (
+from totem import httpwire
+from totem.agent.provider_errors import (
     KIND_CONNECTION,
     KIND_INVALID_RESPONSE,
-    ChatAccumulator,
-    NdjsonDecoder,
     ProviderError,
-    SseDecoder,
-    StreamEnd,
-    StreamEvent,
     classify_http_error,
 )
+from totem.agent.sse import NdjsonDecoder, SseDecoder
+from totem.agent.stream import ChatAccumulator, StreamEnd, StreamEvent
 
 CONNECT_TIMEOUT_SECONDS = 10.0
 # A local model may load for minutes before its first byte (LM Studio JIT, Ollama).
@@ -43,12 +40,6 @@ READ_TIMEOUT_SECONDS = 300.0
 # Keep-alive comments (DeepSeek queues up to ~10 min) must not hold a stream open forever.
 KEEPALIVE_TIMEOUT_SECONDS = 900.0
 REQUEST_TIMEOUT_SECONDS = 30.0
-CLOSE_TIMEOUT_SECONDS = 1.0
-MAX_HEADER_BYTES = 64 * 1024
-MAX_HEADER_LINES = 100
-# StreamReader's line limit: bounds the status line, each header line and chunk-size lines.
-MAX_LINE_BYTES = 16 * 1024
-READ_CHUNK_BYTES = 64 * 1024
 MAX_ERROR_BODY_BYTES = 64 * 1024
 MAX_JSON_BYTES = 16 * 1024 * 1024
 # Parsing a large JSON answer (OpenRouter's model list) would hold the loop too long.
@@ -90,19 +81,18 @@ class StreamResponse:
     """A response whose body is still on the socket: `status`, `reason`, `headers` (lower-case
     names, repeated fields joined with ", "), and the body through `iter_bytes()` or `read()`."""
 
-    def __init__(self, reader: asyncio.StreamReader, target: _Target, status: int, reason: str,
-                 headers: dict[str, str], framing: str, length: int | None,
-                 read_timeout: float) -> None:
-        self.status = status
-        self.reason = reason
-        self.headers = headers
-        self._reader = reader
+    def __init__(self, wire: httpwire.WireResponse, target: _Target, read_timeout: float) -> None:
+        self.status = wire.status
+        self.reason = wire.reason
+        self.headers = wire.headers
+        self._wire = wire
         self._target = target
-        self._framing = framing
-        self._left = length or 0
-        self._in_chunk = False
         self._read_timeout = read_timeout
-        self.complete = framing == "empty"
+
+    @property
+    def complete(self) -> bool:
+        """True once the body has been read to its end (at once when there is none)."""
+        return self._wire.complete
 
     async def iter_bytes(self) -> AsyncIterator[bytes]:
         """Yield the body as it arrives. Raises ProviderConnectionError on a read timeout, a reset
@@ -113,7 +103,7 @@ class StreamResponse:
     async def read(self, max_bytes: int) -> bytes:
         """The whole body; raises ProviderError when it passes `max_bytes` (checked before reading
         when Content-Length says so) and the errors of iter_bytes."""
-        if self._framing == "length" and self._left > max_bytes:
+        if self._wire.length is not None and self._wire.length > max_bytes:
             raise self._too_large(max_bytes)
         body = bytearray()
         while piece := await self._next_piece():
@@ -133,62 +123,8 @@ class StreamResponse:
 
     async def _next_piece(self) -> bytes:
         """The next piece of the body, b"" once it is complete."""
-        if self.complete:
-            return b""
-        if self._framing == "close":
-            data = await self._read(READ_CHUNK_BYTES)
-            self.complete = not data
-            return data
-        if self._framing == "chunked" and self._left == 0 and not await self._next_chunk():
-            self.complete = True
-            return b""
-        if self._left == 0:
-            self.complete = True
-            return b""
-        data = await self._read(min(self._left, READ_CHUNK_BYTES))
-        if not data:
-            raise self._cut()
-        self._left -= len(data)
-        return data
-
-    async def _next_chunk(self) -> bool:
-        # RFC 9112 section 7.1: size line (hex, optional extensions), data, CRLF; size 0 ends,
-        # followed by trailer fields and a blank line.
-        if self._in_chunk and await self._readline() not in (b"\r\n", b"\n"):
-            raise self._broken("a chunk does not end with CRLF")
-        self._left = self._chunk_size(await self._readline())
-        self._in_chunk = True
-        if self._left:
-            return True
-        for _ in range(MAX_HEADER_LINES):
-            line = await self._readline()
-            if not line:
-                raise self._cut()
-            if line in (b"\r\n", b"\n"):
-                return False
-        raise self._broken("too many trailer lines")
-
-    def _chunk_size(self, line: bytes) -> int:
-        if not line.endswith(b"\n"):
-            raise self._cut()
-        text = line.split(b";", 1)[0].strip()
-        if not text or any(c not in b"0123456789abcdefABCDEF" for c in text):
-            raise self._broken("a chunk size is not a hexadecimal number")
-        return int(text, 16)
-
-    async def _read(self, size: int) -> bytes:
-        return await _guarded(self._target, self._read_timeout, self._reader.read(size), True)
-
-    async def _readline(self) -> bytes:
-        return await _guarded(self._target, self._read_timeout, self._reader.readline(), True)
-
-    def _cut(self) -> ProviderConnectionError:
-        return ProviderConnectionError(self._target.label, "the response ended before its body was complete",
-                                       connected=True)
-
-    def _broken(self, reason: str) -> ProviderError:
-        return ProviderError(f"The response from {self._target.label} is malformed: {reason}",
-                             kind=KIND_INVALID_RESPONSE, retry=True)
+        with _network_errors(self._target, self._read_timeout, in_body=True):
+            return await self._wire.next_piece()
 
     def _too_large(self, max_bytes: int) -> ProviderError:
         return ProviderError(f"The response from {self._target.label} is larger than {max_bytes} bytes",
@@ -210,15 +146,18 @@ async def open_stream(method: str, url: str, headers: Mapping[str, str] | None =
     request = _build_request(method, target, headers or {}, json_body)
     reader, writer = await _connect(target, connect_timeout)
     try:
-        writer.write(request)
-        await _guarded(target, read_timeout, writer.drain(), True)
-        response = await _read_head(reader, target, method, read_timeout)
+        with _network_errors(target, read_timeout):
+            writer.write(request)
+            async with asyncio.timeout(read_timeout):
+                await writer.drain()
+            wire = await httpwire.read_response(reader, method, read_timeout)
+            response = StreamResponse(wire, target, read_timeout)
         yield response
     except BaseException:
         writer.transport.abort()
         raise
     if response.complete:
-        await _close(writer)
+        await httpwire.close_gracefully(writer)
     else:
         writer.transport.abort()
 
@@ -388,24 +327,12 @@ def _build_request(method: str, target: _Target, headers: Mapping[str, str], jso
     return head.encode("utf-8") + body
 
 
-@functools.cache
-def _default_tls_context() -> ssl.SSLContext:
-    return ssl.create_default_context()
-
-
-async def _tls_context() -> ssl.SSLContext:
-    # Loading the system CA store takes ~50 ms: once per process, and off the loop.
-    if _default_tls_context.cache_info().currsize:
-        return _default_tls_context()
-    return await asyncio.to_thread(_default_tls_context)
-
-
 async def _connect(target: _Target, timeout: float) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    context = await _tls_context() if target.https else None
+    context = await httpwire.system_tls_context() if target.https else None
     try:
         async with asyncio.timeout(timeout):
             return await asyncio.open_connection(
-                target.host, target.port, ssl=context, limit=MAX_LINE_BYTES,
+                target.host, target.port, ssl=context, limit=httpwire.MAX_LINE_BYTES,
                 server_hostname=target.host if context else None)
     except TimeoutError:
         raise ProviderConnectionError(target.label, f"timed out after {timeout:g} s") from None
@@ -420,111 +347,27 @@ async def _connect(target: _Target, timeout: float) -> tuple[asyncio.StreamReade
         raise ProviderConnectionError(target.label, "the host name could not be resolved",
                                       retry=exc.errno == socket.EAI_AGAIN) from None
     except OSError as exc:
-        raise ProviderConnectionError(target.label, _os_reason(exc)) from None
+        raise ProviderConnectionError(target.label, httpwire.socket_reason(exc)) from None
 
 
-async def _guarded(target: _Target, timeout: float, operation: Any, connected: bool) -> Any:
-    """Await a socket operation under a timeout, turning network failures into
-    ProviderConnectionError (retryable)."""
+@contextlib.contextmanager
+def _network_errors(target: _Target, read_timeout: float, *, in_body: bool = False) -> Iterator[None]:
+    """Turn network failures into ProviderConnectionError (retryable) and a response that breaks
+    HTTP into ProviderError; a broken body after a good head may be a proxy's hiccup, so only
+    that one is worth another try."""
     try:
-        async with asyncio.timeout(timeout):
-            return await operation
+        yield
+    except httpwire.WireError as exc:
+        if exc.closed:
+            raise ProviderConnectionError(target.label, exc.reason, connected=True) from None
+        raise ProviderError(f"The response from {target.label} is malformed: {exc.reason}",
+                            kind=KIND_INVALID_RESPONSE, retry=in_body) from None
     except TimeoutError:
-        raise ProviderConnectionError(target.label, f"no data for {timeout:g} s (read timed out)",
-                                      connected=connected) from None
-    except asyncio.IncompleteReadError:
-        raise ProviderConnectionError(target.label, "the connection closed mid-response",
-                                      connected=connected) from None
-    except asyncio.LimitOverrunError:
-        raise ProviderError(f"The response from {target.label} has a line longer than {MAX_LINE_BYTES} bytes",
-                            kind=KIND_INVALID_RESPONSE, retry=False) from None
-    except ValueError as exc:  # StreamReader.readline wraps LimitOverrunError in ValueError
-        raise ProviderError(f"The response from {target.label} is malformed: {exc}",
-                            kind=KIND_INVALID_RESPONSE, retry=False) from None
+        raise ProviderConnectionError(target.label, f"no data for {read_timeout:g} s (read timed out)",
+                                      connected=True) from None
     except (OSError, ssl.SSLError) as exc:
-        raise ProviderConnectionError(target.label, _os_reason(exc), connected=connected) from None
-
-
-def _os_reason(exc: OSError) -> str:
-    text = str(exc)
-    if isinstance(exc, ConnectionRefusedError) or exc.errno == errno.ECONNREFUSED or \
-            "Connect call failed" in text:
-        return "connection refused"
-    if isinstance(exc, ConnectionResetError) or exc.errno == errno.ECONNRESET:
-        return "connection reset"
-    if isinstance(exc, (BrokenPipeError, ConnectionAbortedError)):
-        return "the connection was closed by the other side"
-    if isinstance(exc, TimeoutError) or exc.errno == errno.ETIMEDOUT:
-        return "timed out"
-    return exc.strerror or text or type(exc).__name__
-
-
-async def _read_head(reader: asyncio.StreamReader, target: _Target, method: str,
-                     timeout: float) -> StreamResponse:
-    total = 0
-    while True:
-        line = await _guarded(target, timeout, reader.readline(), True)
-        if not line:
-            raise ProviderConnectionError(target.label, "the server closed the connection without answering",
-                                          connected=True)
-        status, reason = _parse_status_line(line, target)
-        headers: dict[str, str] = {}
-        for _ in range(MAX_HEADER_LINES + 1):
-            raw = await _guarded(target, timeout, reader.readline(), True)
-            total += len(raw)
-            if total > MAX_HEADER_BYTES:
-                raise _malformed(target, f"the headers are longer than {MAX_HEADER_BYTES} bytes")
-            if raw in (b"\r\n", b"\n", b""):
-                break
-            name, colon, value = raw.decode("latin-1").partition(":")
-            if not colon or not name.strip():
-                raise _malformed(target, "a header line has no name")
-            key, value = name.strip().lower(), value.strip()
-            headers[key] = f"{headers[key]}, {value}" if key in headers else value
-        else:
-            raise _malformed(target, f"more than {MAX_HEADER_LINES} header lines")
-        if 100 <= status < 200:
-            continue  # 100 Continue / 103 Early Hints come before the real answer
-        framing, length = _framing(method, status, headers, target)
-        return StreamResponse(reader, target, status, reason, headers, framing, length, timeout)
-
-
-def _parse_status_line(line: bytes, target: _Target) -> tuple[int, str]:
-    parts = line.decode("latin-1").rstrip("\r\n").split(" ", 2)
-    if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
-        raise _malformed(target, "the status line is not HTTP/1.x")
-    return int(parts[1]), parts[2] if len(parts) > 2 else ""
-
-
-def _framing(method: str, status: int, headers: dict[str, str], target: _Target) -> tuple[str, int | None]:
-    if method.upper() == "HEAD" or status in (204, 304):
-        return "empty", None
-    if "transfer-encoding" in headers:
-        codings = [c.strip().lower() for c in headers["transfer-encoding"].split(",")]
-        if codings[-1] == "chunked":
-            return "chunked", None
-        return "close", None  # RFC 9112 6.3: not chunked last means read until close
-    if "content-length" in headers:
-        values = {v.strip() for v in headers["content-length"].split(",")}
-        if len(values) != 1 or not next(iter(values)).isdigit():
-            raise _malformed(target, "the Content-Length header is invalid")
-        length = int(values.pop())
-        return ("length", length) if length else ("empty", None)
-    return "close", None
-
-
-def _malformed(target: _Target, reason: str) -> ProviderError:
-    return ProviderError(f"The response from {target.label} is malformed: {reason}",
-                         kind=KIND_INVALID_RESPONSE, retry=False)
-
-
-async def _close(writer: asyncio.StreamWriter) -> None:
-    writer.close()
-    try:
-        async with asyncio.timeout(CLOSE_TIMEOUT_SECONDS):
-            await writer.wait_closed()
-    except (TimeoutError, OSError, ssl.SSLError):
-        writer.transport.abort()  # a TLS peer that never answers close_notify
+        raise ProviderConnectionError(target.label, httpwire.socket_reason(exc),
+                                      connected=True) from None
 
 
 def _is_json(content_type: str) -> bool:

@@ -28,8 +28,9 @@ from .providers import redact
 from .questions import Questions
 from ..vault import Scrubber
 from .context import history_messages, load_prompt, system_message, to_ollama_native
-from .stream import (ProviderError, ReasoningDelta, StreamEnd, StreamError, TextDelta, ToolCall,
-                     ToolCallStarted, Usage, extract_text_tool_calls)
+from .provider_errors import ProviderError
+from .stream import (ReasoningDelta, StreamEnd, StreamError, TextDelta, ToolCall, ToolCallStarted, Usage,
+                     extract_text_tool_calls)
 
 log = logging.getLogger("totem.agent")
 

@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 from ..errors import BadRequest
 from ..vault import VaultError
 from .client import request_json
-from .stream import KIND_INVALID_REQUEST, KIND_INVALID_RESPONSE, ProviderError
+from .provider_errors import KIND_INVALID_REQUEST, KIND_INVALID_RESPONSE, ProviderError
 
 TEMPLATES_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "providers.json")
 MODELS_TIMEOUT_SECONDS = 15.0

@@ -9,7 +9,7 @@ the key, `url` otherwise), with the provider's reason, never a 500.
 from __future__ import annotations
 
 from ..agent.providers import url_problem
-from ..agent.stream import KIND_AUTH, ProviderError
+from ..agent.provider_errors import KIND_AUTH, ProviderError
 from ..errors import BadRequest, NotFound
 from ..vault import VaultError
 from . import Action, success

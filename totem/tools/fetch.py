@@ -7,20 +7,19 @@ person through `ctx.permit(..., always_ask=...)` even when a rule allows the nam
 rebinding); connecting to that checked address, never to the name again, with the name in the
 Host header and for TLS; following up to MAX_REDIRECTS redirects, each new host decided again
 and every hop's addresses checked again; reading the body under a byte cap while it arrives
-(gzip and deflate decoded under the same cap), within a total time; and turning the body into
-text (html_text.py).
+(gzip and deflate decoded under the same cap), within a total time; turning network failures and
+`httpwire.WireError` into ToolError; and turning the body into text (html_text.py).
 
 Must not: decide permissions (the loop decides the first host before `run`, `ctx.permit` the
 rest), send cookies, credentials or a body, keep a connection open after the call, buffer a body
-past its cap, or mark the text as untrusted (the loop wraps every tool result).
+past its cap, read HTTP framing itself (httpwire.py does), or mark the text as untrusted (the
+loop wraps every tool result).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
-import functools
 import ipaddress
 import re
 import socket
@@ -29,6 +28,7 @@ import zlib
 from dataclasses import dataclass
 from urllib.parse import quote, urljoin, urlsplit
 
+from .. import httpwire
 from . import Tool, ToolContext, ToolError, ToolResult
 from .html_text import body_text, codec_name
 
@@ -38,14 +38,9 @@ MAX_REDIRECTS = 5
 # Network time for the whole call, redirects included; waiting for the person does not count.
 TOTAL_TIMEOUT_SECONDS = 30.0
 CONNECT_TIMEOUT_SECONDS = 10.0
-CLOSE_TIMEOUT_SECONDS = 1.0
 MAX_URL_CHARS = 8192
 # A name may resolve to many addresses; only this many are checked, asked about and tried.
 MAX_ADDRESSES = 8
-MAX_HEADER_BYTES = 64 * 1024
-MAX_HEADER_LINES = 100
-MAX_LINE_BYTES = 16 * 1024  # StreamReader's limit: the status line, each header, chunk sizes
-READ_CHUNK_BYTES = 64 * 1024
 # Inflating runs in steps of this much output, letting other tasks run between them.
 INFLATE_STEP_BYTES = 256 * 1024
 # Converting a larger body (HTMLParser is pure Python) runs in a thread.
@@ -127,7 +122,7 @@ class FetchTool(Tool):
 
     async def _open(self, target: _Target, addresses: list[str], budget: _Budget) -> _Exchange:
         """Connect to the first checked address that answers, send the GET, read the head."""
-        context = (self._tls_context or await _default_tls()) if target.https else None
+        context = (self._tls_context or await httpwire.system_tls_context()) if target.https else None
         try:
             async with budget.spend():
                 reader, writer = await self._connect(target, addresses, context)
@@ -135,7 +130,7 @@ class FetchTool(Tool):
                     with _network_errors(target):
                         writer.write(_request(target))
                         await writer.drain()
-                        return await _read_head(reader, writer, target)
+                        return _Exchange(await httpwire.read_response(reader), writer, target)
                 except BaseException:
                     writer.transport.abort()
                     raise
@@ -148,7 +143,7 @@ class FetchTool(Tool):
             try:
                 async with asyncio.timeout(self.connect_timeout):
                     return await asyncio.open_connection(
-                        address, target.port, ssl=context, limit=MAX_LINE_BYTES,
+                        address, target.port, ssl=context, limit=httpwire.MAX_LINE_BYTES,
                         server_hostname=target.host if context else None)
             except TimeoutError:
                 failures.append(f"{address}: timed out after {self.connect_timeout:g} s")
@@ -158,7 +153,7 @@ class FetchTool(Tool):
             except ssl.SSLError as exc:
                 raise ToolError(f"the TLS handshake with {target.label} failed ({exc.reason})") from None
             except OSError as exc:
-                failures.append(f"{address}: {_os_reason(exc)}")
+                failures.append(f"{address}: {httpwire.socket_reason(exc)}")
         raise ToolError(f"could not connect to {target.label}: {'; '.join(failures)}")
 
 
@@ -348,18 +343,6 @@ async def _follow(ctx: ToolContext, target: _Target, status: int, location: str,
     return following
 
 
-@functools.cache
-def _system_tls() -> ssl.SSLContext:
-    return ssl.create_default_context()
-
-
-async def _default_tls() -> ssl.SSLContext:
-    # Loading the system CA store takes ~50 ms: once per process, and off the loop.
-    if _system_tls.cache_info().currsize:
-        return _system_tls()
-    return await asyncio.to_thread(_system_tls)
-
-
 def _request(target: _Target) -> bytes:
     return (f"GET {target.path} HTTP/1.1\r\nHost: {target.host_header}\r\nUser-Agent: {USER_AGENT}\r\n"
             f"Accept: {ACCEPT}\r\nAccept-Encoding: gzip, deflate\r\nConnection: close\r\n\r\n"
@@ -371,80 +354,30 @@ def _network_errors(target: _Target):
     """Turn failures of the socket or of the response's framing into ToolError."""
     try:
         yield
-    except asyncio.IncompleteReadError:
-        raise ToolError(f"{target.label} closed the connection in the middle of the response") from None
-    except (asyncio.LimitOverrunError, ValueError):  # readline wraps an overrun in ValueError
-        raise ToolError(f"the response of {target.label} has a line longer than "
-                        f"{MAX_LINE_BYTES} bytes") from None
+    except httpwire.WireError as exc:
+        if exc.closed:
+            raise ToolError(f"the connection to {target.label} failed: {exc.reason}") from None
+        raise ToolError(f"the response of {target.label} is malformed: {exc.reason}") from None
     except ssl.SSLError as exc:
         raise ToolError(f"the TLS connection to {target.label} failed ({exc.reason})") from None
     except OSError as exc:
-        raise ToolError(f"the connection to {target.label} failed: {_os_reason(exc)}") from None
-
-
-def _os_reason(exc: OSError) -> str:
-    if isinstance(exc, ConnectionRefusedError) or exc.errno == errno.ECONNREFUSED:
-        return "connection refused"
-    if isinstance(exc, ConnectionResetError) or exc.errno == errno.ECONNRESET:
-        return "connection reset"
-    if isinstance(exc, (BrokenPipeError, ConnectionAbortedError)):
-        return "the connection was closed by the other side"
-    if isinstance(exc, TimeoutError) or exc.errno == errno.ETIMEDOUT:
-        return "timed out"
-    if exc.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH):
-        return "network unreachable"
-    return exc.strerror or str(exc) or type(exc).__name__
+        reason = httpwire.socket_reason(exc)
+        raise ToolError(f"the connection to {target.label} failed: {reason}") from None
 
 
 class _Exchange:
     """A response whose head is read and whose body is still on the socket."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 target: _Target, status: int, headers: dict[str, str]) -> None:
-        self.reader, self.writer, self.target = reader, writer, target
-        self.status, self.headers = status, headers
-        self.framing, self._left = _framing(status, headers, target)
-        self._in_chunk = False
-        self.complete = self.framing == "empty"
+    def __init__(self, response: httpwire.WireResponse, writer: asyncio.StreamWriter,
+                 target: _Target) -> None:
+        self.response, self.writer, self.target = response, writer, target
+        self.status, self.headers = response.status, response.headers
 
     async def next_piece(self) -> bytes:
         """The next piece of the body, b"" once it is complete. Raises ToolError when the
         connection fails or closes early, or the chunked framing is broken."""
-        if self.complete:
-            return b""
         with _network_errors(self.target):
-            if self.framing == "close":
-                data = await self.reader.read(READ_CHUNK_BYTES)
-                self.complete = not data
-                return data
-            if self.framing == "chunked" and not self._left and not await self._next_chunk():
-                self.complete = True
-                return b""
-            if not self._left:
-                self.complete = True
-                return b""
-            data = await self.reader.read(min(self._left, READ_CHUNK_BYTES))
-        if not data:
-            raise ToolError(f"{self.target.label} closed the connection before the end of the body")
-        self._left -= len(data)
-        return data
-
-    async def _next_chunk(self) -> bool:
-        # RFC 9112 section 7.1: a hexadecimal size line, the data and CRLF; size 0 ends the
-        # body, then trailer fields and a blank line.
-        if self._in_chunk and await self.reader.readline() not in (b"\r\n", b"\n"):
-            raise _malformed(self.target, "a chunk does not end with CRLF")
-        line = await self.reader.readline()
-        size = line.split(b";", 1)[0].strip()
-        if not line.endswith(b"\n") or not size or any(c not in b"0123456789abcdefABCDEF" for c in size):
-            raise _malformed(self.target, "a chunk size is not a hexadecimal number")
-        self._left, self._in_chunk = int(size, 16), True
-        if self._left:
-            return True
-        for _ in range(MAX_HEADER_LINES):
-            if await self.reader.readline() in (b"\r\n", b"\n", b""):
-                return False
-        raise _malformed(self.target, "too many trailer lines")
+            return await self.response.next_piece()
 
     def abort(self) -> None:
         """Drop the connection at once (the peer sees a reset if it is still sending)."""
@@ -452,68 +385,10 @@ class _Exchange:
 
     async def close(self) -> None:
         """Close gracefully after a complete body, at once otherwise."""
-        if not self.complete:
-            self.abort()
-            return
-        self.writer.close()
-        try:
-            async with asyncio.timeout(CLOSE_TIMEOUT_SECONDS):
-                await self.writer.wait_closed()
-        except (TimeoutError, OSError, ssl.SSLError):
-            self.abort()  # a TLS peer that never answers close_notify
-
-
-async def _read_head(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                     target: _Target) -> _Exchange:
-    total = 0
-    while True:
-        line = await reader.readline()
-        total += len(line)
-        if not line:
-            raise ToolError(f"{target.label} closed the connection without answering")
-        parts = line.decode("latin-1").rstrip("\r\n").split(" ", 2)
-        if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or len(parts[1]) != 3 \
-                or not (parts[1].isascii() and parts[1].isdigit()):
-            raise _malformed(target, "the status line is not HTTP/1.x")
-        status = int(parts[1])
-        headers: dict[str, str] = {}
-        for _ in range(MAX_HEADER_LINES + 1):
-            raw = await reader.readline()
-            total += len(raw)
-            if total > MAX_HEADER_BYTES:
-                raise _malformed(target, f"the headers are longer than {MAX_HEADER_BYTES} bytes")
-            if raw in (b"\r\n", b"\n", b""):
-                break
-            name, colon, value = raw.decode("latin-1").partition(":")
-            if not colon or not name.strip():
-                raise _malformed(target, "a header line has no name")
-            key, value = name.strip().lower(), value.strip()
-            headers[key] = f"{headers[key]}, {value}" if key in headers else value
+        if self.response.complete:
+            await httpwire.close_gracefully(self.writer)
         else:
-            raise _malformed(target, f"more than {MAX_HEADER_LINES} header lines")
-        if 100 <= status < 200:
-            continue  # 100 Continue and 103 Early Hints come before the answer
-        return _Exchange(reader, writer, target, status, headers)
-
-
-def _framing(status: int, headers: dict[str, str], target: _Target) -> tuple[str, int]:
-    # RFC 9112 section 6.3, for a GET.
-    if status in (204, 304):
-        return "empty", 0
-    if "transfer-encoding" in headers:
-        last = headers["transfer-encoding"].split(",")[-1].strip().lower()
-        return ("chunked", 0) if last == "chunked" else ("close", 0)
-    if "content-length" in headers:
-        values = {v.strip() for v in headers["content-length"].split(",")}
-        if len(values) != 1 or not all(v.isascii() and v.isdigit() for v in values):
-            raise _malformed(target, "the Content-Length header is invalid")
-        length = int(values.pop())
-        return ("length", length) if length else ("empty", 0)
-    return "close", 0
-
-
-def _malformed(target: _Target, reason: str) -> ToolError:
-    return ToolError(f"the response of {target.label} is malformed: {reason}")
+            self.abort()
 
 
 # -- the body -------------------------------------------------------------------------------

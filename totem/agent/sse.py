@@ -1,0 +1,184 @@
+"""Framing of a model's streamed answer: server-sent events and newline-delimited JSON.
+
+Owns: the WHATWG server-sent-events decoder (OpenAI-compatible `text/event-stream`) and the
+NDJSON decoder (Ollama's native /api/chat, `application/x-ndjson`), both incremental: bytes in
+pieces of any size go in, complete events or JSON values come out; the limits on a line and an
+event; `StreamFormatError` for bytes that cannot be framed.
+
+Must not: do any I/O, interpret the chunks (stream.py does), or know about HTTP, providers or
+errors beyond the framing. The quirks it tolerates are documented in
+`shared/fixtures/providers/*.md`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+# A whole tool call (a file's content for write_file) can ride in one data line, so lines may be
+# long; past this the peer is broken or hostile, and we stop instead of growing memory.
+MAX_LINE_BYTES = 16 * 1024 * 1024
+MAX_EVENT_CHARS = 32 * 1024 * 1024
+# Keep-alive comments arrive for minutes (DeepSeek queues up to ~10 min): keep only the last few.
+MAX_KEPT_COMMENTS = 32
+MAX_KEPT_IGNORED_LINES = 32
+DONE_SENTINEL = "[DONE]"
+
+
+class StreamFormatError(ValueError):
+    """The bytes of a stream cannot be framed (a line too long, an NDJSON line that is not JSON)."""
+
+
+# --- Server-sent events (https://html.spec.whatwg.org/multipage/server-sent-events.html) -----
+
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+
+
+@dataclass(frozen=True, slots=True)
+class SseEvent:
+    """One dispatched event: `data` lines joined with newlines, `event` defaults to message."""
+
+    data: str
+    event: str = "message"
+    id: str = ""
+
+    @property
+    def is_done(self) -> bool:
+        """True for OpenAI's end-of-stream marker `data: [DONE]`."""
+        return self.data.strip() == DONE_SENTINEL
+
+
+class SseDecoder:
+    """Incremental SSE decoder: `feed(bytes)` returns the events completed by those bytes.
+
+    Lines end with CRLF, LF or CR, a CR may end one feed and its LF start the next, and a UTF-8
+    character may be split across feeds (lines are decoded only once complete). Comments are kept
+    in `comments` (the last few) and counted in `comment_count`; lines with a field name the spec
+    does not know (llama.cpp's legacy `error:`) are dropped, as the spec says, and kept in
+    `ignored_lines`. At end of input an event without its blank line is discarded (spec), which
+    `pending` reports."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+        self._skip_lf = False
+        self._first_line = True
+        self._data: list[str] = []
+        self._data_chars = 0
+        self._event = ""
+        self.last_event_id = ""
+        self.retry_ms: int | None = None
+        self.comments: list[str] = []
+        self.comment_count = 0
+        self.ignored_lines: list[str] = []
+
+    @property
+    def pending(self) -> bool:
+        """True when bytes or data lines are waiting for an end that has not come."""
+        return bool(self._buffer) or bool(self._data)
+
+    def feed(self, data: bytes) -> list[SseEvent]:
+        """Decode more bytes; raises StreamFormatError when a line passes MAX_LINE_BYTES."""
+        if self._skip_lf and data[:1] == b"\n":
+            data = data[1:]
+        if data:
+            self._skip_lf = False
+        scan_from = len(self._buffer)
+        self._buffer += data
+        events: list[SseEvent] = []
+        start = 0
+        for match in _LINE_END.finditer(self._buffer, scan_from):
+            event = self._process_line(bytes(self._buffer[start:match.start()]))
+            if event is not None:
+                events.append(event)
+            start = match.end()
+            # A CR at the very end may be the first half of a CRLF split across feeds.
+            self._skip_lf = match.group() == b"\r" and start == len(self._buffer)
+        del self._buffer[:start]
+        if len(self._buffer) > MAX_LINE_BYTES:
+            raise StreamFormatError(f"an event-stream line is longer than {MAX_LINE_BYTES} bytes")
+        return events
+
+    def _process_line(self, raw: bytes) -> SseEvent | None:
+        line = raw.decode("utf-8", errors="replace")
+        if self._first_line:
+            self._first_line = False
+            line = line.removeprefix("\ufeff")
+        if not line:
+            return self._dispatch()
+        if line.startswith(":"):
+            self._keep_comment(_strip_one_space(line[1:]))
+            return None
+        name, colon, value = line.partition(":")
+        value = _strip_one_space(value) if colon else ""
+        if name == "data":
+            self._data.append(value)
+            self._data_chars += len(value) + 1
+            if self._data_chars > MAX_EVENT_CHARS:
+                raise StreamFormatError(f"an event is longer than {MAX_EVENT_CHARS} characters")
+        elif name == "event":
+            self._event = value
+        elif name == "id":
+            if "\0" not in value:
+                self.last_event_id = value
+        elif name == "retry":
+            if value.isascii() and value.isdigit():
+                self.retry_ms = int(value)
+        else:
+            _keep_last(self.ignored_lines, line, MAX_KEPT_IGNORED_LINES)
+        return None
+
+    def _dispatch(self) -> SseEvent | None:
+        data, event = self._data, self._event or "message"
+        self._data, self._data_chars, self._event = [], 0, ""
+        if not data:
+            return None
+        return SseEvent("\n".join(data), event, self.last_event_id)
+
+    def _keep_comment(self, text: str) -> None:
+        self.comment_count += 1
+        _keep_last(self.comments, text, MAX_KEPT_COMMENTS)
+
+
+def _strip_one_space(value: str) -> str:
+    return value[1:] if value.startswith(" ") else value
+
+
+def _keep_last(items: list[str], item: str, limit: int) -> None:
+    items.append(item)
+    if len(items) > limit:
+        del items[0]
+
+
+class NdjsonDecoder:
+    """Incremental newline-delimited JSON decoder (Ollama /api/chat, `application/x-ndjson`)."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> list[Any]:
+        """Decode more bytes into JSON values; raises StreamFormatError on a line that is not JSON
+        or longer than MAX_LINE_BYTES."""
+        self._buffer += data
+        *lines, rest = self._buffer.split(b"\n")
+        self._buffer = bytearray(rest)
+        if len(self._buffer) > MAX_LINE_BYTES:
+            raise StreamFormatError(f"an NDJSON line is longer than {MAX_LINE_BYTES} bytes")
+        return [value for line in lines if (value := _parse_ndjson_line(line)) is not None]
+
+    def close(self) -> list[Any]:
+        """The last line may lack its newline; decode it at end of input."""
+        rest, self._buffer = bytes(self._buffer), bytearray()
+        value = _parse_ndjson_line(rest)
+        return [] if value is None else [value]
+
+
+def _parse_ndjson_line(line: bytes) -> Any:
+    text = line.decode("utf-8", errors="replace").strip()
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise StreamFormatError(f"the provider sent a line that is not JSON: {text[:80]!r}") from None
