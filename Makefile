@@ -20,9 +20,11 @@ run: $(VENV)/.runtime
 	@$(BIN)/python -m compileall -q totem >/dev/null
 	$(BIN)/python totem.py
 
-# Debian packages the tests use: ripgrep (grep's fast path; the Python fallback is tested too).
+# Debian packages the tests use: ripgrep (grep's fast path; the Python fallback is tested too)
+# and chromium (the browser tests drive it with Playwright).
 system-packages:
 	@command -v rg >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq ripgrep >/dev/null; }
+	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
 test: $(VENV)/.dev system-packages
 	PYTHONASYNCIODEBUG=1 $(BIN)/python -X dev -W error -m pytest -q tests

@@ -73,6 +73,8 @@ function paintConnection(connection) {
   const element = byId('connection');
   element.dataset.state = connection;
   element.textContent = { connecting: 'Connecting…', open: 'Connected', closed: 'Reconnecting…' }[connection];
+  // A socket that keeps failing may mean a signed-out browser: api() goes to /login on a 401.
+  if (connection === 'closed' && socket.attempt >= 3) api('account').catch(() => {});
 }
 
 function remember() {
@@ -98,7 +100,12 @@ async function selectProject(project, sessionid) {
   state.project = project;
   state.session = null;
   paintProjects();
-  state.sessions = await api('sessions', { query: { projectid: project.id } });
+  try {
+    state.sessions = await api('sessions', { query: { projectid: project.id } });
+  } catch (error) {
+    toast(error.message);
+    state.sessions = [];
+  }
   for (const session of state.sessions) socket.subscribe(session.id);
   const session = state.sessions.find((s) => s.id === sessionid) ?? state.sessions[0];
   if (session) await selectSession(session);
@@ -117,7 +124,10 @@ function showEmptySession() {
   remember();
 }
 
-async function selectSession(session) {
+async function selectSession(chosen) {
+  // The list's own object, so that events that change it change what is shown.
+  const session = state.sessions.find((s) => s.id === chosen.id) ?? chosen;
+  if (state.session?.id !== session.id) conversation.reset();
   state.session = session;
   paintSessions();
   paintSession();
@@ -131,11 +141,17 @@ async function selectSession(session) {
 async function loadConversation() {
   const session = state.session;
   if (!session) return;
-  const [page, todos, fresh] = await Promise.all([
-    api('sessions_messages', { id: session.id, query: { limit: MESSAGE_PAGE } }),
-    api('sessions_todos', { id: session.id }),
-    api('sessions_read', { id: session.id }),
-  ]);
+  let page, todos, fresh;
+  try {
+    [page, todos, fresh] = await Promise.all([
+      api('sessions_messages', { id: session.id, query: { limit: MESSAGE_PAGE } }),
+      api('sessions_todos', { id: session.id }),
+      api('sessions_read', { id: session.id }),
+    ]);
+  } catch (error) {
+    toast(error.message);
+    return;
+  }
   if (state.session?.id !== session.id) return; // another session was chosen meanwhile
   Object.assign(session, fresh);
   conversation.load(page.messages, page.more);
@@ -148,8 +164,12 @@ async function loadConversation() {
 async function loadEarlier() {
   const session = state.session;
   if (!session || !conversation.oldest) return;
-  const page = await api('sessions_messages', { id: session.id, query: { before: conversation.oldest, limit: MESSAGE_PAGE } });
-  if (state.session?.id === session.id) conversation.prepend(page.messages, page.more);
+  try {
+    const page = await api('sessions_messages', { id: session.id, query: { before: conversation.oldest, limit: MESSAGE_PAGE } });
+    if (state.session?.id === session.id) conversation.prepend(page.messages, page.more);
+  } catch (error) {
+    toast(error.message);
+  }
 }
 
 async function newSession(firstPrompt) {
@@ -318,16 +338,29 @@ async function resync(reconnected) {
   try {
     state.projects = await api('projects');
     paintProjects();
+    loadCatalog();
     if (!state.project) return;
+    if (!state.projects.some((p) => p.id === state.project.id)) { // forgotten meanwhile
+      socket.unsubscribeAll();
+      state.project = null;
+      state.sessions = [];
+      showEmptySession();
+      paintProjects();
+      return;
+    }
     state.sessions = await api('sessions', { query: { projectid: state.project.id } });
+    for (const id of [...socket.subscriptions]) if (!state.sessions.some((s) => s.id === id)) socket.unsubscribe(id);
+    for (const session of state.sessions) socket.subscribe(session.id);
     const fresh = state.sessions.find((s) => s.id === state.session?.id);
     if (fresh) {
       state.session = fresh;
       await loadConversation();
+    } else if (state.session) {
+      showEmptySession(); // removed meanwhile
     }
     paintSessions();
     paintSession();
-    loadCatalog();
+    loadGit(state.project.id);
   } catch (error) {
     toast(error.message);
   }

@@ -183,6 +183,24 @@ class LoopTest(LoopCase):
         self.assertEqual(stored[-1]["parts"][0]["status"], "aborted")
         self.assertIsNotNone(stored[-1]["parts"][0]["closed"])
 
+    async def test_subscriber_mid_stream_gets_open_parts(self):
+        """A client that subscribes mid-stream gets the open part with its text so far, then deltas."""
+        self.model.script(Stall(events=text_chunks("partial answer", pieces=2)))
+        await self.prompt()
+        while (await next_event(self.ws))["type"] != "part.delta":
+            pass
+        await asyncio.sleep(100 * MS)  # the second delta has arrived too
+        async with await open_ws(self.app) as late:
+            await late.send(json.dumps({"type": "subscribe", "sessionid": self.session["id"]}))
+            first = await next_event(late)
+            self.assertEqual(first["type"], "part.created")
+            self.assertEqual(first["data"]["part"]["text"], "partial answer")
+            self.assertEqual(first["data"]["part"]["status"], "streaming")
+            await call(self.app, "sessions_abort", ident=self.session["id"], method="POST")
+            updated = await next_event(late)
+            self.assertEqual((updated["type"], updated["data"]["part"]["status"]), ("part.updated", "aborted"))
+            self.assertEqual((await next_event(late))["type"], "part.closed")
+
     async def test_second_prompt_while_running_refused(self):
         """A prompt while the session runs is refused with 400, never interleaved."""
         self.model.script(Stall(events=text_chunks("slow")))

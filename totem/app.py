@@ -38,7 +38,7 @@ class App:
         self.store = Store(config.data)
         self.vault = Vault.open(config)  # reads or creates <data>/secret.key; raises VaultError
         self.providers = Providers(self.store, self.vault)
-        self.hub = Hub(config.wsqueue, config.wsping, self._session_exists)
+        self.hub = Hub(config.wsqueue, config.wsping, self._session_exists, lambda sid: self.runs.open_parts(sid))
         self.perimeter = Perimeter(config, self.store)
         self.scrubber = Scrubber.empty()  # the real one is built in start(), from the stored keys
         self.jobs = Jobs(self.store.ids.new, lambda: self.scrubber)

@@ -229,10 +229,11 @@ def parse_client_message(text: str) -> Subscribe | Unsubscribe:
 class Hub:
     """Fans events out to WebSocket connections and keeps the questions that wait."""
 
-    def __init__(self, queue_limit: int, ping_interval: float, session_exists):
+    def __init__(self, queue_limit: int, ping_interval: float, session_exists, open_parts=lambda sessionid: []):
         self.queue_limit = queue_limit
         self.ping_interval = ping_interval
         self._session_exists = session_exists
+        self._open_parts = open_parts  # sessionid -> the parts still streaming, with their text so far
         self._connections: set = set()  # websocket.Connection objects
         self._pending: dict[str, dict[str, str]] = {}
 
@@ -258,6 +259,14 @@ class Hub:
     def pending(self, sessionid: str) -> list[str]:
         """The frames of the questions that wait in a session."""
         return list(self._pending.get(sessionid, {}).values())
+
+    def catch_up(self, sessionid: str) -> list[str]:
+        """What a new subscriber gets first: the parts still open (as part.created with their text
+        so far, deltas follow from there) and the questions that wait."""
+        stamp = now_ms()
+        frames = [json.dumps(PartCreated(sessionid, part).to_wire(stamp), separators=(",", ":"), ensure_ascii=False)
+                  for part in self._open_parts(sessionid)]
+        return frames + self.pending(sessionid)
 
     def forget_session(self, sessionid: str) -> None:
         """Drop what is kept for a removed session."""

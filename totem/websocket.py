@@ -160,7 +160,7 @@ class Connection:
         if self.protocol.state is not State.OPEN:
             return
         self.subscriptions.add(sessionid)
-        for frame in self.hub.pending(sessionid):
+        for frame in self.hub.catch_up(sessionid):
             self.enqueue(frame)
 
     async def _send_loop(self) -> None:

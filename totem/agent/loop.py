@@ -122,6 +122,13 @@ class Runs:
         self._ensure_flusher()
         return message["id"]
 
+    def open_parts(self, sessionid: str) -> list[dict]:
+        """The parts of a session's run that are still open, each with its text so far."""
+        run = self._runs.get(sessionid)
+        if run is None:
+            return []
+        return [open_part.part | {"text": "".join(open_part.text)} for open_part in run.open_parts.values()]
+
     async def abort(self, sessionid: str) -> bool:
         """Stop a session's run; returns False when nothing was running."""
         run = self._runs.get(sessionid)
@@ -490,17 +497,16 @@ class Runs:
             self.hub.publish(PartUpdated(run.session["id"], part))
 
     async def _close_part(self, run: _Run, open_part: _OpenPart, status: str) -> None:
-        """Store the part complete with its final status; a tool's state change is announced too."""
+        """Store the part complete with its final status, announced (part.updated) before part.closed."""
         partid = open_part.part["id"]
         if run.open_parts.get(partid) is None:
             return
         if open_part.scrub is not None:
             self._append(run, open_part, open_part.scrub.flush())  # what the scrubber held back
         run.open_parts.pop(partid, None)
-        is_tool = open_part.part["kind"] == "tool"
         part = await self.store.update_part(partid, text="".join(open_part.text),
                                             status=status, data=open_part.part["data"], close=True)
-        if is_tool and part is not None:
+        if part is not None:  # the final status (done, error, aborted, denied) before the close
             self.hub.publish(PartUpdated(run.session["id"], part))
         self.hub.publish(PartClosed(run.session["id"], partid))
 

@@ -1,0 +1,264 @@
+// The conversation of the open session: messages and their parts, kept live from events.
+//
+// Streamed deltas only append to a part's text; the DOM is painted once per animation frame for
+// the parts that changed, so a fast stream or a 2,000-part session never re-renders the list.
+import { h, showValue, formatSize } from '/dom.js';
+import { renderMarkdown } from '/markdown.js';
+
+const BIG_TEXT_CHARS = 40000; // above this, a streaming part is repainted at most every PAINT_GAP_MS
+const PAINT_GAP_MS = 250;
+const STICK_PX = 48;
+const STATUS_WORDS = {
+  pending: 'pending', running: 'running', done: 'done', denied: 'denied', error: 'error',
+  aborted: 'aborted', streaming: 'streaming',
+};
+
+export class Conversation {
+  constructor(root, { onLoadEarlier }) {
+    this.root = root;
+    this.list = h('div', { className: 'messages' });
+    this.earlier = h('button', { type: 'button', className: 'earlier', hidden: true, onclick: onLoadEarlier },
+      'Load earlier messages');
+    this.working = h('div', { className: 'working', hidden: true }, h('span', { className: 'spinner' }), 'Working…');
+    this.errors = h('div', { className: 'run-errors' });
+    root.replaceChildren(this.earlier, this.list, this.errors, this.working);
+    this.stuck = true;
+    root.addEventListener('scroll', () => {
+      this.stuck = root.scrollTop + root.clientHeight >= root.scrollHeight - STICK_PX;
+    }, { passive: true });
+    this.reset();
+  }
+
+  reset() {
+    this.messages = new Map(); // id -> {message, element, partsElement}
+    this.parts = new Map(); // id -> view (see renderPart)
+    this.pending = new Set();
+    this.frame = 0;
+    this.stale = false; // a delta arrived for a part we never saw: reload when the run ends
+    this.oldest = null;
+    this.list.replaceChildren();
+    this.errors.replaceChildren();
+    this.earlier.hidden = true;
+    this.setRunning(false);
+  }
+
+  // The stored state of a session (Sessions|messages), replacing what is shown.
+  load(messages, more) {
+    this.reset();
+    const fragment = document.createDocumentFragment();
+    for (const message of messages) fragment.append(this.renderMessage(message));
+    this.list.append(fragment);
+    this.oldest = messages[0]?.id ?? null;
+    this.earlier.hidden = !more;
+    this.stuck = true;
+    this.scrollToBottom();
+  }
+
+  // An older page, put above what is shown without moving the view.
+  prepend(messages, more) {
+    const before = this.root.scrollHeight;
+    const fragment = document.createDocumentFragment();
+    for (const message of messages) if (!this.messages.has(message.id)) fragment.append(this.renderMessage(message));
+    this.list.prepend(fragment);
+    this.oldest = messages[0]?.id ?? this.oldest;
+    this.earlier.hidden = !more;
+    this.root.scrollTop += this.root.scrollHeight - before;
+  }
+
+  setRunning(running) {
+    if (running && this.working.hidden) this.errors.replaceChildren(); // a new run starts clean
+    this.working.hidden = !running;
+  }
+
+  showError(message, retry) {
+    this.errors.append(h('div', { className: `run-error${retry ? ' retry' : ''}`, role: 'alert' },
+      retry ? `${message}` : `Error: ${message}`));
+    this.keepBottom();
+  }
+
+  addMessage(message) {
+    if (this.messages.has(message.id)) return;
+    if (message.role === 'user') this.errors.replaceChildren();
+    else for (const notice of this.errors.querySelectorAll('.retry')) notice.remove(); // the retry is under way
+    this.list.append(this.renderMessage(message));
+    this.keepBottom();
+  }
+
+  addPart(part) {
+    if (this.parts.has(part.id)) {
+      this.updatePart(part);
+      return;
+    }
+    const owner = this.messages.get(part.messageid);
+    if (!owner) {
+      this.stale = true;
+      return;
+    }
+    owner.partsElement.append(this.renderPart(part, owner.message.role));
+    this.keepBottom();
+  }
+
+  delta(partid, text) {
+    const view = this.parts.get(partid);
+    if (!view) {
+      this.stale = true;
+      return;
+    }
+    view.text += text;
+    this.pending.add(view);
+    this.schedule();
+  }
+
+  updatePart(part) {
+    const view = this.parts.get(part.id);
+    if (!view) {
+      this.addPart(part);
+      return;
+    }
+    // The stored text wins once the part is closed; until then the deltas are newer.
+    const text = part.closed && part.text ? part.text : view.text;
+    const wasOpen = (view.details || view.element).open;
+    const fresh = this.renderPart({ ...part, text }, view.role);
+    const next = this.parts.get(part.id);
+    if (wasOpen) (next.details || next.element).open = true;
+    view.element.replaceWith(fresh);
+    this.pending.delete(view);
+  }
+
+  closePart(partid) {
+    const view = this.parts.get(partid);
+    if (!view) return;
+    view.part.closed = view.part.closed || Date.now();
+    if (view.part.status === 'streaming') view.part.status = 'done';
+    view.element.classList.remove('streaming');
+    this.pending.add(view);
+    this.schedule();
+    if (view.kind === 'reasoning') view.summary.textContent = 'Reasoning';
+  }
+
+  // -- painting -------------------------------------------------------------------------------
+
+  schedule() {
+    if (!this.frame) this.frame = requestAnimationFrame(() => this.flush());
+  }
+
+  flush() {
+    this.frame = 0;
+    const now = performance.now();
+    let later = false;
+    for (const view of this.pending) {
+      if (view.text.length > BIG_TEXT_CHARS && now - view.painted < PAINT_GAP_MS && !view.part.closed) {
+        later = true;
+        continue;
+      }
+      this.paint(view);
+      view.painted = now;
+      this.pending.delete(view);
+    }
+    if (later) setTimeout(() => this.schedule(), PAINT_GAP_MS);
+    this.keepBottom();
+  }
+
+  paint(view) {
+    if (view.kind === 'text' && view.role === 'assistant') view.body.replaceChildren(renderMarkdown(view.text));
+    else if (view.kind === 'tool') {
+      view.output.textContent = view.text || view.part.data?.output || '';
+      view.outputLabel.hidden = view.output.hidden = !view.output.textContent;
+    } else view.body.textContent = view.text;
+  }
+
+  keepBottom() {
+    if (this.stuck) this.scrollToBottom();
+  }
+
+  scrollToBottom() {
+    this.root.scrollTop = this.root.scrollHeight;
+  }
+
+  // -- rendering ------------------------------------------------------------------------------
+
+  renderMessage(message) {
+    const partsElement = h('div', { className: 'parts' });
+    const element = h('article', { className: `msg ${message.role}`, dataset: { id: message.id } },
+      message.role === 'user' ? h('div', { className: 'who' }, 'You') : null, partsElement);
+    this.messages.set(message.id, { message, element, partsElement });
+    for (const part of message.parts || []) partsElement.append(this.renderPart(part, message.role));
+    const files = message.data?.attachments;
+    if (files?.length) element.append(renderAttachments(files));
+    return element;
+  }
+
+  renderPart(part, role) {
+    const view = { part, role, kind: part.kind, text: part.text || '', painted: 0 };
+    if (part.kind === 'tool') renderTool(view);
+    else if (part.kind === 'reasoning') {
+      view.summary = h('summary', null, part.closed ? 'Reasoning' : 'Thinking…');
+      view.body = h('div', { className: 'reasoning-text' }, view.text);
+      view.element = h('details', { className: 'part reasoning' }, view.summary, view.body);
+    } else if (part.kind === 'text') {
+      view.body = h('div', { className: role === 'assistant' ? 'md' : 'plain' });
+      if (role === 'assistant') view.body.append(renderMarkdown(view.text));
+      else view.body.textContent = view.text;
+      view.element = h('div', { className: 'part text' }, view.body);
+    } else {
+      view.body = h('div', { className: 'plain' }, view.text || showValue(part.data ?? ''));
+      view.element = h('div', { className: `part other ${part.kind}` }, h('div', { className: 'label' }, part.kind), view.body);
+    }
+    if (!part.closed && part.status === 'streaming') view.element.classList.add('streaming');
+    view.element.dataset.part = part.id;
+    view.element.dataset.kind = part.kind;
+    this.parts.set(part.id, view);
+    return view.element;
+  }
+}
+
+function toolSubject(data) {
+  let input = data.input;
+  if (!input && data.arguments) {
+    try { input = JSON.parse(data.arguments); } catch { return ''; }
+  }
+  if (!input || typeof input !== 'object') return '';
+  const value = input.command ?? input.path ?? input.pattern ?? input.question ?? input.name ?? input.url
+    ?? (Array.isArray(input.items) ? `${input.items.length} items` : '');
+  const text = typeof value === 'string' ? value : '';
+  return text.length > 120 ? `${text.slice(0, 120)}…` : text;
+}
+
+function decisionText(decision) {
+  if (!decision) return '';
+  const who = decision.by === 'person' ? `you (${decision.reply})` : decision.by === 'rule' ? 'a rule' : 'Totem';
+  return `${decision.action === 'deny' ? 'Denied' : decision.action === 'allow' ? 'Allowed' : 'Asked'} by ${who}`
+    + (decision.reason ? `: ${decision.reason}` : '');
+}
+
+function renderTool(view) {
+  const { part } = view;
+  const data = part.data || {};
+  const status = part.status;
+  view.output = h('pre', { className: 'tool-output' }, view.text || (data.output ?? ''));
+  view.outputLabel = h('div', { className: 'label' }, 'Output');
+  view.outputLabel.hidden = view.output.hidden = !view.output.textContent;
+  view.details = h('details', null,
+    h('summary', null,
+      h('span', { className: `badge status-${status}` }, STATUS_WORDS[status] || status),
+      h('span', { className: 'tool-name' }, data.tool || 'tool'),
+      h('span', { className: 'tool-subject' }, toolSubject(data))),
+    h('div', { className: 'tool-body' },
+      h('div', { className: 'label' }, 'Input'),
+      h('pre', { className: 'tool-input' }, showValue(data.input ?? data.arguments ?? '', 20000)),
+      view.outputLabel, view.output,
+      data.decision ? h('div', { className: 'decision' }, decisionText(data.decision)) : null));
+  const note = (status === 'denied' || status === 'error') && data.error
+    ? h('div', { className: 'tool-note' }, data.error) : null;
+  view.element = h('div', { className: `part tool status-${status}` }, view.details, note);
+}
+
+function renderAttachments(files) {
+  return h('div', { className: 'attachments' }, files.map((file) => {
+    const url = `/attachments/${encodeURIComponent(file.id)}/`;
+    const image = /^image\/(png|jpeg|gif|webp)$/.test(file.mime);
+    return h('a', { className: 'file', href: url, target: '_blank', rel: 'noopener', title: `${file.name} (${formatSize(file.size)})` },
+      image ? h('img', { src: url, alt: file.name, loading: 'lazy' }) : null,
+      h('span', null, file.name));
+  }));
+}

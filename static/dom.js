@@ -1,0 +1,79 @@
+// Small DOM helpers. Text always goes in as text nodes or textContent, never as HTML.
+
+// h('button', { className: 'x', onclick: fn, dataset: { id } }, 'label', child, ...)
+export function h(tag, props, ...children) {
+  const el = document.createElement(tag);
+  for (const [key, value] of Object.entries(props || {})) {
+    if (value === undefined || value === null || value === false) continue;
+    if (key === 'dataset') Object.assign(el.dataset, value);
+    else if (key.startsWith('on') && typeof value === 'function') el.addEventListener(key.slice(2), value);
+    else if (key in el && !key.includes('-')) el[key] = value;
+    else el.setAttribute(key, value === true ? '' : String(value));
+  }
+  append(el, children);
+  return el;
+}
+
+function append(el, children) {
+  for (const child of children) {
+    if (child === null || child === undefined || child === false) continue;
+    if (Array.isArray(child)) append(el, child);
+    else el.append(child); // a string becomes a Text node
+  }
+}
+
+export const byId = (id) => document.getElementById(id);
+
+// A list row that acts as a button: focusable, and Enter or Space chooses it.
+export function pressable(action) {
+  return {
+    tabIndex: 0,
+    onclick: action,
+    onkeydown: (event) => {
+      if ((event.key === 'Enter' || event.key === ' ') && event.target === event.currentTarget) {
+        event.preventDefault();
+        action();
+      }
+    },
+  };
+}
+
+// A button that asks to be pressed twice: the first press arms it for a few seconds.
+export function confirmButton(label, confirmLabel, action, props = {}) {
+  let timer = 0;
+  const button = h('button', { type: 'button', ...props }, label);
+  button.addEventListener('click', (event) => {
+    event.stopPropagation();
+    if (!button.classList.contains('armed')) {
+      button.classList.add('armed');
+      button.textContent = confirmLabel;
+      timer = setTimeout(() => { button.classList.remove('armed'); button.textContent = label; }, 3000);
+      return;
+    }
+    clearTimeout(timer);
+    button.classList.remove('armed');
+    button.textContent = label;
+    action();
+  });
+  return button;
+}
+
+// A short message in the corner: errors stay longer than confirmations.
+export function toast(text, kind = 'error') {
+  const box = byId('toasts');
+  const item = h('div', { className: `toast ${kind}`, role: kind === 'error' ? 'alert' : 'status' }, text);
+  box.append(item);
+  setTimeout(() => item.remove(), kind === 'error' ? 8000 : 3000);
+}
+
+export function formatSize(bytes) {
+  if (bytes < 1024) return `${bytes} B`;
+  if (bytes < 1024 * 1024) return `${(bytes / 1024).toFixed(bytes < 10240 ? 1 : 0)} KB`;
+  return `${(bytes / 1024 / 1024).toFixed(1)} MB`;
+}
+
+// A JSON value shown to a person: strings as they are, the rest pretty-printed and cut.
+export function showValue(value, limit = 4000) {
+  const text = typeof value === 'string' ? value : JSON.stringify(value, null, 2) ?? '';
+  return text.length > limit ? `${text.slice(0, limit)}\n… (${text.length - limit} more characters)` : text;
+}

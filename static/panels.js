@@ -1,0 +1,94 @@
+// The right column: the session's task list, the project's git state and its file tree
+// (read one level at a time, when a folder is opened).
+import { api } from '/api.js';
+import { h, byId, formatSize } from '/dom.js';
+
+const TODO_MARKS = { pending: '○', in_progress: '◐', done: '●' };
+const GIT_LETTERS = { modified: 'M', added: 'A', deleted: 'D', renamed: 'R', copied: 'C', typechange: 'T',
+  untracked: 'U', conflict: '!' };
+
+export function renderTodos(items) {
+  const list = byId('todos');
+  list.replaceChildren(...items.map((item) => h('li', { className: item.status },
+    h('span', { className: 'mark', 'aria-hidden': 'true' }, TODO_MARKS[item.status] || '○'),
+    h('span', null, item.text))));
+  if (!items.length) list.append(h('li', { className: 'empty' }, 'No tasks'));
+}
+
+export async function loadGit(projectid) {
+  const box = byId('git');
+  let state;
+  try {
+    state = await api('projects_git', { id: projectid });
+  } catch (error) {
+    box.replaceChildren(h('p', { className: 'error' }, error.message));
+    return;
+  }
+  if (!state.repository) {
+    box.replaceChildren(h('p', { className: 'muted' }, 'Not a git repository'));
+    return;
+  }
+  const files = state.files.map((file) => h('li', { title: `${file.status}${file.staged ? ', staged' : ''}` },
+    h('span', { className: `git-status ${file.status}${file.staged ? ' staged' : ''}` }, GIT_LETTERS[file.status] || '?'),
+    h('span', { className: 'path' }, file.path)));
+  box.replaceChildren(
+    h('div', { className: 'branch' }, h('span', { className: 'muted' }, 'branch '), h('strong', null, state.branch || '(detached)')),
+    files.length ? h('ul', { className: 'changes' }, files) : h('p', { className: 'muted' }, 'No changes'));
+  if (state.more) box.append(h('p', { className: 'muted' }, 'More changes are not shown'));
+}
+
+// The lazy file tree; opened folders stay open across refreshes.
+export class FileTree {
+  constructor({ onPick }) {
+    this.root = byId('tree');
+    this.onPick = onPick;
+    this.projectid = null;
+    this.open = new Set();
+  }
+
+  async load(projectid) {
+    if (projectid !== this.projectid) this.open.clear();
+    this.projectid = projectid;
+    this.root.replaceChildren(...await this.level(''));
+  }
+
+  async level(path) {
+    let answer;
+    try {
+      answer = await api('projects_files', { id: this.projectid, query: { path } });
+    } catch (error) {
+      return [h('li', { className: 'error' }, error.message)];
+    }
+    const items = await Promise.all(answer.items.map((item) => this.item(item)));
+    if (!items.length) items.push(h('li', { className: 'empty' }, 'Empty folder'));
+    if (answer.more) items.push(h('li', { className: 'empty' }, 'More files are not shown'));
+    return items;
+  }
+
+  async item(item) {
+    if (item.type !== 'dir') {
+      const title = item.type === 'outside' ? 'A link that leads outside the project' : `${formatSize(item.size)} · insert the path into the prompt`;
+      return h('li', { className: `file ${item.type}`, title, dataset: { path: item.path },
+        onclick: item.type === 'file' ? () => this.onPick(item.path) : null }, h('span', { className: 'name' }, item.name));
+    }
+    const children = h('ul');
+    const row = h('li', { className: 'dir', dataset: { path: item.path } });
+    const label = h('span', { className: 'name' }, item.name);
+    row.append(label, children);
+    label.addEventListener('click', async () => {
+      if (this.open.delete(item.path)) {
+        row.classList.remove('open');
+        children.replaceChildren();
+        return;
+      }
+      this.open.add(item.path);
+      row.classList.add('open');
+      children.replaceChildren(...await this.level(item.path));
+    });
+    if (this.open.has(item.path)) {
+      row.classList.add('open');
+      children.replaceChildren(...await this.level(item.path));
+    }
+    return row;
+  }
+}
