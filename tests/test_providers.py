@@ -24,7 +24,8 @@ TEMPLATE_URLS = {
 }
 
 
-def model(ident, name=None, context=None, tools=False, reasoning=False, free=False):
+def model(ident, name=None, context=None, tools=None, reasoning=None, free=False):
+    """A model as `available` lists it; tools and reasoning None: the provider does not say."""
     return {"id": ident, "name": name or ident, "context": context, "tools": tools, "reasoning": reasoning,
             "free": free}
 
@@ -214,9 +215,10 @@ class AvailableTest(ProvidersCase):
         self.model.serve_models("openrouter_api_v1_models")
         models = await self.available(url=self.model.url, kind="openrouter", key=KEY)
         self.assertEqual(models, [
-            model("qwen/qwen3-coder", "Qwen: Qwen3 Coder 480B A35B", 262144, tools=True),
-            model("qwen/qwen3-coder:free", "Qwen: Qwen3 Coder 480B A35B (free)", 262000, tools=True, free=True),
-            model("deepseek/deepseek-r1-0528", "DeepSeek: R1 0528", 163840, reasoning=True),
+            model("qwen/qwen3-coder", "Qwen: Qwen3 Coder 480B A35B", 262144, tools=True, reasoning=False),
+            model("qwen/qwen3-coder:free", "Qwen: Qwen3 Coder 480B A35B (free)", 262000, tools=True,
+                  reasoning=False, free=True),
+            model("deepseek/deepseek-r1-0528", "DeepSeek: R1 0528", 163840, tools=False, reasoning=True),
         ])
         request = self.requests_to("/v1/models")[0]
         self.assertEqual((request.method, request.headers["authorization"]), ("GET", f"Bearer {KEY}"))
@@ -225,8 +227,8 @@ class AvailableTest(ProvidersCase):
         """Ollama: /api/tags names the models, /api/show gives capabilities and the context window."""
         self.model.serve_models("ollama_api_tags", "ollama_api_show")
         models = await self.available(url=self.model.base, kind="ollama")
-        self.assertEqual(models, [model("qwen3-coder:30b", context=262144, tools=True, free=True),
-                                  model("gpt-oss:20b", context=262144, tools=True, free=True)])
+        self.assertEqual(models, [model("qwen3-coder:30b", context=262144, tools=True, free=True, reasoning=False),
+                                  model("gpt-oss:20b", context=262144, tools=True, free=True, reasoning=False)])
         shown = sorted(r.body["model"] for r in self.requests_to("/api/show"))
         self.assertEqual(shown, ["gpt-oss:20b", "qwen3-coder:30b"])
         self.assertNotIn("authorization", self.requests_to("/api/tags")[0].headers)
@@ -266,7 +268,7 @@ class AvailableTest(ProvidersCase):
         """OpenAI: ids only, so context, tools and reasoning come from the template's hints."""
         self.model.serve_models("openai_v1_models")
         models = await self.available(url=self.model.url, kind="openai", key=KEY)
-        self.assertEqual(models, [model("gpt-4.1-2025-04-14", context=1047576, tools=True),
+        self.assertEqual(models, [model("gpt-4.1-2025-04-14", context=1047576, tools=True, reasoning=False),
                                   model("o4-mini", context=200000, tools=True, reasoning=True)])
 
     async def test_available_groq_skips_inactive_and_audio(self):
@@ -274,7 +276,7 @@ class AvailableTest(ProvidersCase):
         self.model.serve_models("groq_models")
         models = await self.available(url=self.model.url, kind="groq", key=KEY)
         self.assertEqual(models, [model("openai/gpt-oss-120b", context=131072, tools=True, reasoning=True),
-                                  model("llama-3.3-70b-versatile", context=131072, tools=True)])
+                                  model("llama-3.3-70b-versatile", context=131072, tools=True, reasoning=False)])
 
     async def test_available_mistral_reads_capabilities(self):
         """Mistral: function_calling and max_context_length; non-chat models are left out."""

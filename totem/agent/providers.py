@@ -441,8 +441,8 @@ def _finish(models: list[dict], template: dict) -> list[dict]:
         if model["context"] is None:
             model["context"] = _positive(hint.get("context"))
         for flag in ("tools", "reasoning"):
-            if model[flag] is None:
-                model[flag] = bool(hint.get(flag, False))
+            if model[flag] is None and flag in hint:
+                model[flag] = bool(hint[flag])  # otherwise None: the provider does not say
         if model["free"] is None:
             model["free"] = bool(template["local"])
         result.append(model)
