@@ -375,7 +375,7 @@ class Runs:
                 subjects, outside = (), str(exc)
         except ToolError as exc:
             data["error"] = str(exc)
-            await self._finish_tool(run, open_part, "error")
+            await self._close_part(run, open_part, "error")
             return
         data["subjects"] = list(subjects)
         decision = await self._decide(run, tool.name, subjects, outside, ctx.root)
@@ -394,7 +394,7 @@ class Runs:
         if data["decision"]["action"] == "deny":
             reason = outside or data["decision"]["reason"]
             data["error"] = f"Denied: {reason}. Do not repeat this call; change course or ask the person."
-            await self._finish_tool(run, open_part, "denied")
+            await self._close_part(run, open_part, "denied")
             return
         data["started"] = now_ms()
         await self._update_part(run, open_part, "running")
@@ -402,13 +402,13 @@ class Runs:
             result = await tool.run(args, ctx)
         except ToolError as exc:
             data["error"] = self.scrubber().scrub(str(exc))
-            await self._finish_tool(run, open_part, "error")
+            await self._close_part(run, open_part, "error")
             return
         output = self.scrubber().scrub(result.output)
         if len(output) > MAX_TOOL_OUTPUT_CHARS:
             output = output[:MAX_TOOL_OUTPUT_CHARS] + f"\n[output cut at {MAX_TOOL_OUTPUT_CHARS} characters]"
         data.update({"output": output, "title": result.title, "result": result.data, "finished": now_ms()})
-        await self._finish_tool(run, open_part, "done")
+        await self._close_part(run, open_part, "done")
 
     def _tool_context(self, run: _Run, open_part: _OpenPart) -> ToolContext:
         sessionid = run.session["id"]
@@ -469,11 +469,6 @@ class Runs:
                     outside=outside is not None, inside=lambda path: _is_inside(root, path),
                     git_programs=git_programs)
         return decide(call, project_rules + global_rules)
-
-    async def _finish_tool(self, run: _Run, open_part: _OpenPart, status: str) -> None:
-        await self._close_part(run, open_part, status)
-
-    # -- parts ------------------------------------------------------------------------------
 
     async def _open_part(self, run: _Run, message: dict, kind: str, status: str = "streaming",
                          data: dict | None = None) -> _OpenPart:

@@ -33,7 +33,12 @@ async def list_sessions(ctx):
     projectid = params.text("projectid", required=True, max_chars=64)
     params.done()
     await require_project(ctx, projectid)
-    return [session_view(row) for row in await ctx.app.store.list_sessions(projectid)]
+    return [_with_waiting(ctx, session_view(row)) for row in await ctx.app.store.list_sessions(projectid)]
+
+
+def _with_waiting(ctx, session: dict) -> dict:
+    """A session with the number of questions that wait for the person in it."""
+    return session | {"waiting": ctx.app.runs.questions.waiting_in(session["id"])}
 
 
 async def create_session(ctx):
@@ -46,12 +51,12 @@ async def create_session(ctx):
         raise NotFound(("projectid", f"no project {projectid}"))
     session = session_view(row)
     ctx.app.hub.publish(SessionUpdated(session["id"], session))
-    return session
+    return _with_waiting(ctx, session)
 
 
 async def read_session(ctx):
     ctx.params(()).done()
-    return session_view(await require_session(ctx))
+    return _with_waiting(ctx, session_view(await require_session(ctx)))
 
 
 async def update_session(ctx):
@@ -64,7 +69,7 @@ async def update_session(ctx):
         raise NotFound(("id", f"no session {ctx.id}"))
     session = session_view(row)
     ctx.app.hub.publish(SessionUpdated(session["id"], session))
-    return session
+    return _with_waiting(ctx, session)
 
 
 async def remove_session(ctx):
