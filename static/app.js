@@ -155,6 +155,7 @@ async function loadConversation() {
   if (state.session?.id !== session.id) return; // another session was chosen meanwhile
   Object.assign(session, fresh);
   conversation.load(page.messages, page.more);
+  if (session.status === 'error' && session.error) conversation.showError(session.error, false);
   // Stored text of a part that is still streaming may lag by a second: read it again at the end.
   if (session.status === 'running') conversation.stale = true;
   renderTodos(todos.items);

@@ -232,6 +232,14 @@ class LoopTest(LoopCase):
         self.assertEqual(events[-2]["type"], "error")
         self.assertIs(events[-2]["data"]["retry"], False)
         self.assertIn("401", events[-2]["data"]["message"])
+        # Whoever opens the session later reads why it failed; the next run clears it.
+        session = (await call(self.app, "sessions_read", ident=self.session["id"])).json()
+        self.assertEqual((session["status"], session["error"]), ("error", events[-2]["data"]["message"]))
+        self.model.script(reply("fine now"))
+        await self.prompt("again")
+        await self.events_until("idle")
+        session = (await call(self.app, "sessions_read", ident=self.session["id"])).json()
+        self.assertIsNone(session["error"])
 
     async def test_bad_prompt_inputs(self):
         """Bad prompt inputs answer 400 naming the field and start nothing."""

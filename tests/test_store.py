@@ -206,6 +206,17 @@ class MigrationTest(unittest.IsolatedAsyncioTestCase):
             self.assertEqual(conn.execute("PRAGMA user_version").fetchone()[0], len(MIGRATIONS))
             self.assertEqual([tuple(row) for row in conn.execute("SELECT id FROM projects")], [("p",)])
 
+    def test_migrate_from_first_version_keeps_rows(self):
+        """A database of schema 1 is brought up to date with its rows kept (sessions gain error)."""
+        with contextlib.closing(connect(self.path)) as conn:
+            conn.executescript(MIGRATIONS[0] + "; PRAGMA user_version = 1;")
+            conn.execute("INSERT INTO projects (id, path, name, created, opened) VALUES ('p', '/x', 'x', 1, 1)")
+            conn.execute("INSERT INTO sessions (id, projectid, name, created, updated) VALUES ('s', 'p', 'n', 1, 1)")
+        with contextlib.closing(connect(self.path)) as conn:
+            self.assertEqual(migrate(conn), len(MIGRATIONS))
+            row = conn.execute("SELECT id, name, error FROM sessions").fetchone()
+            self.assertEqual(tuple(row), ("s", "n", None))
+
     async def test_store_reopen_keeps_data(self):
         """Opening the store again on the same folder migrates nothing and keeps the rows."""
         store = Store(self.tmp)

@@ -133,6 +133,10 @@ MIGRATIONS = (
         created INTEGER NOT NULL
     );
     """,
+    # 2: why a session's last run failed, for whoever opens the session later.
+    """
+    ALTER TABLE sessions ADD COLUMN error TEXT;
+    """,
 )
 
 
@@ -387,9 +391,11 @@ class Store:
             return _row(c.execute("SELECT * FROM sessions WHERE id = ?", (sessionid,)))
         return await self.write(run)
 
-    async def set_session_status(self, sessionid: str, status: str) -> dict | None:
+    async def set_session_status(self, sessionid: str, status: str, error: str | None = None) -> dict | None:
+        """Set the status; `error` says why a run failed (None clears it)."""
         def run(c):
-            c.execute("UPDATE sessions SET status = ?, updated = ? WHERE id = ?", (status, now_ms(), sessionid))
+            c.execute("UPDATE sessions SET status = ?, error = ?, updated = ? WHERE id = ?",
+                      (status, error, now_ms(), sessionid))
             return _row(c.execute("SELECT * FROM sessions WHERE id = ?", (sessionid,)))
         return await self.write(run)
 
@@ -633,7 +639,7 @@ def session_view(row: dict) -> dict:
     return {"id": row["id"], "projectid": row["projectid"], "name": row["name"], "status": row["status"],
             "mode": row["mode"], "autoaccept": bool(row["autoaccept"]), "model": row["model"],
             "worktree": row["worktree"], "created": row["created"], "updated": row["updated"],
-            "redo": False}
+            "error": row["error"], "redo": False}
 
 
 def _settle(future: asyncio.Future, ok: bool, value) -> None:

@@ -77,6 +77,7 @@ class _Run:
     task: asyncio.Task | None = None
     open_parts: dict[str, _OpenPart] = field(default_factory=dict)
     key: str | None = None  # the provider key, kept out of every message this run publishes
+    error: str | None = None  # why the run failed, when it did
 
 
 class Runs:
@@ -193,9 +194,14 @@ class Runs:
         if row is not None:
             self.hub.publish(SessionUpdated(session["id"], session_view(row)))
 
-    async def _set_status(self, sessionid: str, status: str) -> None:
-        await self.store.set_session_status(sessionid, status)
+    async def _set_status(self, sessionid: str, status: str, error: str | None = None) -> None:
+        await self.store.set_session_status(sessionid, status, error)
         self.hub.publish(SessionStatus(sessionid, status))
+
+    def _fail(self, run: _Run, message: str) -> None:
+        """The run ends with an error: announced now, kept on the session for a later reader."""
+        run.error = message
+        self.hub.publish(RunError(run.session["id"], message, False))
 
     async def _run(self, run: _Run) -> None:
         sessionid = run.session["id"]
@@ -206,11 +212,11 @@ class Runs:
         except asyncio.CancelledError:
             status = "aborted"
         except ProviderError as exc:
-            self.hub.publish(RunError(sessionid, redact(exc.message, run.key), False))
+            self._fail(run, redact(exc.message, run.key))
             status = "error"
         except Exception:
             log.exception("run of session %s failed", sessionid)
-            self.hub.publish(RunError(sessionid, "Totem failed while running this prompt; see the server log.", False))
+            self._fail(run, "Totem failed while running this prompt; see the server log.")
             status = "error"
         finally:
             await asyncio.shield(self._end_run(run, status))
@@ -221,7 +227,7 @@ class Runs:
         for open_part in list(run.open_parts.values()):
             await self._close_part(run, open_part, closing)
         try:
-            await self._set_status(sessionid, status)
+            await self._set_status(sessionid, status, run.error if status == "error" else None)
         finally:
             self._runs.pop(sessionid, None)
 
@@ -244,8 +250,8 @@ class Runs:
                         return "idle"
                     repeats = []
                 await self._run_tool(run, message, call)
-        self.hub.publish(RunError(run.session["id"], f"The run stopped after {self.steps} model calls "
-                                                     "(the step limit); send a prompt to go on.", False))
+        self._fail(run, f"The run stopped after {self.steps} model calls (the step limit); "
+                        "send a prompt to go on.")
         return "error"
 
     # -- one model answer -------------------------------------------------------------------
