@@ -152,10 +152,11 @@ def default_registry() -> Registry:
                      FetchTool(), WriteTool(), EditTool(), PatchTool(), BashTool()])
 
 
-def resolve_path(ctx: ToolContext, path: str) -> str:
-    """The absolute, link-free path inside the project; ToolError when it is outside."""
+def resolve_path(ctx: ToolContext, path: str, resolve=boundary.resolve_inside) -> str:
+    """The absolute, link-free path inside the project (through `resolve`, a function of the
+    boundary). Raises OutsideProject when it leads outside, ToolError for other refusals."""
     try:
-        return boundary.resolve_inside(ctx.root, path)
+        return resolve(ctx.root, path)
     except boundary.OutsideError as exc:
         raise OutsideProject(str(exc)) from None
     except boundary.BoundaryError as exc:

@@ -30,7 +30,7 @@ import stat
 from dataclasses import dataclass
 
 from .. import boundary
-from . import OutsideProject, ToolContext, ToolError, display_path
+from . import ToolContext, ToolError, display_path, resolve_path
 
 # The largest file a tool writes (the content of write, or the result of edit or patch).
 MAX_WRITE_BYTES = 5 * 1024 * 1024
@@ -57,12 +57,7 @@ _FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 def resolve_target(ctx: ToolContext, path: str) -> str:
     """The absolute, link-free file to write for `path`; ToolError when the boundary refuses it."""
-    try:
-        return boundary.resolve_for_write(ctx.root, path)
-    except boundary.OutsideError as exc:
-        raise OutsideProject(str(exc)) from None
-    except boundary.BoundaryError as exc:
-        raise ToolError(str(exc)) from None
+    return resolve_path(ctx, path, boundary.resolve_for_write)
 
 
 def target_subject(ctx: ToolContext, path: str) -> str:
