@@ -3,19 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import os
 
 import pytest
 
 from totem.tools import Registry, ToolContext, ToolError
 from totem.tools import bash as bash_module
 from totem.tools.bash import BashTool
-
-
-def project(tmp_path) -> str:
-    root = tmp_path / "project"
-    root.mkdir()
-    return os.path.realpath(root)
+from tests.tools.trees import project
 
 
 def bash(root: str, emit=None, **args):

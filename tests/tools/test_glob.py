@@ -13,12 +13,7 @@ import pytest
 from totem.tools import ToolContext, ToolError
 from totem.tools import glob as glob_module
 from totem.tools.glob import GlobTool, compile_glob
-
-
-def project(tmp_path) -> str:
-    root = tmp_path / "project"
-    root.mkdir()
-    return os.path.realpath(root)
+from tests.tools.trees import project
 
 
 def touch(root: str, relative: str, mtime: float | None = None) -> str:

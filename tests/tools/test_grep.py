@@ -15,6 +15,7 @@ import pytest
 from totem.tools import ToolContext, ToolError
 from totem.tools import grep as grep_module
 from totem.tools.grep import GrepTool, Query, rg_arguments
+from tests.tools.trees import project, write
 
 RG = shutil.which("rg")
 ENGINES = [
@@ -24,20 +25,6 @@ ENGINES = [
     "python",
 ]
 needs_rg = pytest.mark.skipif(RG is None, reason="ripgrep (rg) is not on PATH; parity needs both engines")
-
-
-def project(tmp_path) -> str:
-    root = tmp_path / "project"
-    root.mkdir()
-    return os.path.realpath(root)
-
-
-def write(root: str, relative: str, content: str | bytes) -> str:
-    path = os.path.join(root, relative)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "wb") as handle:
-        handle.write(content.encode() if isinstance(content, str) else content)
-    return path
 
 
 def grep(engine: str, root: str, **args):

@@ -10,20 +10,7 @@ import pytest
 from totem.tools import ToolContext, ToolError
 from totem.tools import read as read_module
 from totem.tools.read import ReadTool
-
-
-def project(tmp_path) -> str:
-    root = tmp_path / "project"
-    root.mkdir()
-    return os.path.realpath(root)
-
-
-def write(root: str, relative: str, content: str | bytes) -> str:
-    path = os.path.join(root, relative)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "wb") as handle:
-        handle.write(content.encode() if isinstance(content, str) else content)
-    return path
+from tests.tools.trees import project, write
 
 
 def read(root: str, **args):

@@ -14,12 +14,7 @@ from totem.tools import files
 from totem.tools.edit import EditTool
 from totem.tools.patch import PatchTool
 from totem.tools.write import WriteTool
-
-
-def project(tmp_path) -> str:
-    root = tmp_path / "project"
-    root.mkdir()
-    return os.path.realpath(root)
+from tests.tools.trees import project
 
 
 def put(root: str, relative: str, content: str | bytes, mode: int | None = None) -> str:
