@@ -232,3 +232,26 @@ class RulesApiTest(LoopCase):
                                                   "pattern": "a", "action": "deny"})
         await call(self.app, "projects_remove", ident=self.project["id"], method="POST")
         self.assertEqual(await self.app.store.count_rows("rules", "projectid", self.project["id"]), 0)
+
+
+class ConfigRulesTest(LoopCase):
+    rules = {"no-env": "deny read .env", "readme": "allow bash cat README.md"}  # config.ini's [rules]
+
+    async def test_config_rules_decide(self):
+        """A deny rule of config.ini denies without asking; an allow rule runs without asking."""
+        with open(os.path.join(self.folder("proj"), ".env"), "w") as handle:
+            handle.write("X=1\n")
+        with open(os.path.join(self.folder("proj"), "README.md"), "w") as handle:
+            handle.write("read me\n")
+        self.model.script(reply(tool_calls=[("read", {"path": ".env"}), ("bash", {"command": "cat README.md"})]),
+                          reply("ok"))
+        await self.prompt()
+        events = await self.events_until("idle")
+        self.assertNotIn("permission.ask", [e["type"] for e in events])
+        results = tool_results(self.model.requests[1])
+        self.assertIn("Denied", results[0])
+        self.assertIn("read me", results[1])
+        rules = (await call(self.app, "permissions", query=f"projectid={self.project['id']}")).json()
+        mine = [r for r in rules if r.get("source") == "config.ini"]
+        self.assertEqual({(r["tool"], r["pattern"], r["action"]) for r in mine},
+                         {("read", ".env", "deny"), ("bash", "cat README.md", "allow")})

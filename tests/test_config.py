@@ -91,3 +91,30 @@ class ConfigTest(unittest.TestCase):
         """An absolute data folder is used as given."""
         config = parse_values({"data": "/var/lib/totem"}, self.tmp.name)
         self.assertEqual(config.data, "/var/lib/totem")
+
+
+class RulesSectionTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+
+    def load(self, text: str):
+        path = os.path.join(self.tmp.name, "config.ini")
+        with open(path, "w") as handle:
+            handle.write(text)
+        return load_config(path)
+
+    def test_rules_section_parsed(self):
+        """[rules] lines become (tool, pattern, action); a pattern may hold ':' and spaces."""
+        config = self.load("[totem]\n[rules]\nno-force = deny bash git push --force*\n"
+                           "docs = allow read docs/**\nlog = allow bash git log --format=%h:%s *\n")
+        self.assertEqual(config.rules, (("bash", "git push --force*", "deny"), ("read", "docs/**", "allow"),
+                                        ("bash", "git log --format=%h:%s *", "allow")))
+
+    def test_bad_rules_one_line(self):
+        """A rule that is not ACTION TOOL PATTERN, or an invalid pattern, stops the start naming it."""
+        for line in ("x = maybe bash ls", "x = allow", "x = allow bash"):
+            with self.assertRaises(ConfigError, msg=line) as caught:
+                self.load(f"[totem]\n[rules]\n{line}\n")
+            self.assertIn("rule 'x'", str(caught.exception))
+            self.assertNotIn("\n", str(caught.exception))

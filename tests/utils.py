@@ -22,11 +22,13 @@ TOKEN = "correct-horse-battery-staple"
 
 
 @contextlib.asynccontextmanager
-async def running_totem(tmpdir: str, **settings):
-    """Start the real app on 127.0.0.1 port 0 with a temporary data folder; yield the App."""
+async def running_totem(tmpdir: str, rules: dict | None = None, **settings):
+    """Start the real app on 127.0.0.1 port 0 with a temporary data folder; yield the App.
+
+    `rules` is the [rules] section of the configuration (NAME -> "ACTION TOOL PATTERN")."""
     raw = {"listen": "127.0.0.1", "port": "0", "data": os.path.join(tmpdir, "data")}
     raw.update({key: str(value) for key, value in settings.items()})
-    app = App(parse_values(raw, tmpdir))
+    app = App(parse_values(raw, tmpdir, rules))
     await app.start()
     try:
         yield app
@@ -109,11 +111,12 @@ class TotemCase(unittest.IsolatedAsyncioTestCase):
     """A test with a running Totem in `self.app` and a temporary folder in `self.tmp`."""
 
     settings: dict = {}
+    rules: dict | None = None  # the [rules] section of the configuration
 
     async def asyncSetUp(self):
         self.tmp = os.path.realpath(tempfile.mkdtemp(prefix="totem-test-"))
         self.addCleanup(shutil.rmtree, self.tmp, ignore_errors=True)
-        self._server = running_totem(self.tmp, **self.settings)
+        self._server = running_totem(self.tmp, self.rules, **self.settings)
         self.app = await self._server.__aenter__()
 
     async def asyncTearDown(self):
