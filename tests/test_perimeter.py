@@ -28,17 +28,24 @@ ANSWER_MS = 5000
 
 # -- small real clients ---------------------------------------------------------------------------
 
-async def exchange(app, data: bytes, head_only: bool = False, timeout_ms: float = ANSWER_MS):
-    """Send raw bytes on a new connection and read one answer."""
+@contextlib.asynccontextmanager
+async def connection(app):
+    """A raw connection to the server, closed on the way out."""
     reader, writer = await asyncio.open_connection("127.0.0.1", app.port)
     try:
-        writer.write(data)
-        await writer.drain()
-        return await asyncio.wait_for(read_answer(reader, head_only), timeout_ms * MS)
+        yield reader, writer
     finally:
         writer.close()
         with contextlib.suppress(ConnectionError):
             await writer.wait_closed()
+
+
+async def exchange(app, data: bytes, head_only: bool = False, timeout_ms: float = ANSWER_MS):
+    """Send raw bytes on a new connection and read one answer."""
+    async with connection(app) as (reader, writer):
+        writer.write(data)
+        await writer.drain()
+        return await asyncio.wait_for(read_answer(reader, head_only), timeout_ms * MS)
 
 
 def head(*lines: str, body: bytes = b"") -> bytes:
@@ -1078,8 +1085,7 @@ class LimitsTest(Case):
 
     async def test_limit_keepalive_two_requests(self):
         """Two requests on one connection are both answered, one after the other and pipelined."""
-        reader, writer = await asyncio.open_connection("127.0.0.1", self.app.port)
-        try:
+        async with connection(self.app) as (reader, writer):
             one = head("GET /api/projects HTTP/1.1", self.host())
             two = head("GET /app.js HTTP/1.1", self.host())
             for data in (one, two):
@@ -1092,59 +1098,39 @@ class LimitsTest(Case):
             second = await asyncio.wait_for(read_answer(reader), ANSWER_MS * MS)
             self.assertEqual(first.json(), [])
             self.assertEqual(second.body, static_text("app.js"))
-        finally:
-            writer.close()
-            with contextlib.suppress(ConnectionError):
-                await writer.wait_closed()
 
     async def test_limit_keepalive_post_bodies(self):
         """POST bodies on one keep-alive connection are framed by Content-Length."""
-        reader, writer = await asyncio.open_connection("127.0.0.1", self.app.port)
-        try:
+        async with connection(self.app) as (reader, writer):
             for name in ("a", "b"):
                 body = json.dumps({"path": self.folder(name)}).encode()
                 writer.write(head("POST /api/projects_open HTTP/1.1", self.host(),
                                   f"Content-Length: {len(body)}", body=body))
                 answer = await asyncio.wait_for(read_answer(reader), ANSWER_MS * MS)
                 self.assertEqual(answer.status, 200, answer.body)
-        finally:
-            writer.close()
-            with contextlib.suppress(ConnectionError):
-                await writer.wait_closed()
         self.assertEqual(len(await self.project_ids()), 2)
 
     async def test_limit_connection_close_honoured(self):
         """`Connection: close` is answered with Connection: close and the server closes."""
-        reader, writer = await asyncio.open_connection("127.0.0.1", self.app.port)
-        try:
+        async with connection(self.app) as (reader, writer):
             writer.write(head("GET /api/projects HTTP/1.1", self.host(), "Connection: close"))
             answer = await asyncio.wait_for(read_answer(reader), ANSWER_MS * MS)
             self.assertEqual(answer.status, 200)
             self.assertEqual(answer.header("connection"), "close")
             self.assertEqual(await asyncio.wait_for(reader.read(), ANSWER_MS * MS), b"")
-        finally:
-            writer.close()
-            with contextlib.suppress(ConnectionError):
-                await writer.wait_closed()
 
     async def test_limit_http10_closes(self):
         """An HTTP/1.0 request without keep-alive is answered and closed."""
-        reader, writer = await asyncio.open_connection("127.0.0.1", self.app.port)
-        try:
+        async with connection(self.app) as (reader, writer):
             writer.write(head("GET /api/projects HTTP/1.0", self.host()))
             answer = await asyncio.wait_for(read_answer(reader), ANSWER_MS * MS)
             self.assertEqual(answer.status, 200)
             self.assertEqual(answer.header("connection"), "close")
             self.assertEqual(await asyncio.wait_for(reader.read(), ANSWER_MS * MS), b"")
-        finally:
-            writer.close()
-            with contextlib.suppress(ConnectionError):
-                await writer.wait_closed()
 
     async def test_limit_head_no_body(self):
         """HEAD answers the headers (with the Content-Length of GET) and no body."""
-        reader, writer = await asyncio.open_connection("127.0.0.1", self.app.port)
-        try:
+        async with connection(self.app) as (reader, writer):
             writer.write(head("HEAD /app.js HTTP/1.1", self.host()))
             answer = await asyncio.wait_for(read_answer(reader, head_only=True), ANSWER_MS * MS)
             self.assertEqual(answer.status, 200)
@@ -1157,10 +1143,6 @@ class LimitsTest(Case):
             self.assertEqual(answer.status, 200)
             self.assertEqual(answer.header("content-length"), "2")
             self.assertEqual(await asyncio.wait_for(reader.read(), ANSWER_MS * MS), b"")
-        finally:
-            writer.close()
-            with contextlib.suppress(ConnectionError):
-                await writer.wait_closed()
 
     async def test_limit_options_204_allow(self):
         """OPTIONS answers 204 with Allow (and no Content-Length, RFC 9110 section 8.6)."""
