@@ -19,7 +19,10 @@ const MESSAGE_PAGE = 200;
 const GIT_REFRESH_MS = 600;
 const LAST_PROJECT_KEY = 'totem.project';
 
-const state = { projects: [], project: null, sessions: [], session: null, catalog: { providers: [], models: [] } };
+// held: while the shown session's stored state is read, {sessionid, events, status} that came meanwhile.
+const state = {
+  projects: [], project: null, sessions: [], session: null, catalog: { providers: [], models: [] }, held: null,
+};
 let gitTimer = 0;
 
 const conversation = new Conversation(byId('conversation'), { onLoadEarlier: loadEarlier });
@@ -138,27 +141,39 @@ async function selectSession(chosen) {
   composer.focus();
 }
 
+// The shown session is usually subscribed already while its stored state is read, so events
+// can arrive before the (older) answer: they are held and applied on top of it, never under it.
 async function loadConversation() {
   const session = state.session;
   if (!session) return;
-  let page, todos, fresh;
+  const held = { sessionid: session.id, events: [], status: null };
+  state.held = held;
+  let loaded = null;
   try {
-    [page, todos, fresh] = await Promise.all([
+    const [page, todos, fresh] = await Promise.all([
       api('sessions_messages', { id: session.id, query: { limit: MESSAGE_PAGE } }),
       api('sessions_todos', { id: session.id }),
       api('sessions_read', { id: session.id }),
     ]);
+    loaded = { page, todos, fresh };
   } catch (error) {
     toast(error.message);
-    return;
   }
+  if (state.held === held) state.held = null;
   if (state.session?.id !== session.id) return; // another session was chosen meanwhile
-  Object.assign(session, fresh);
-  conversation.load(page.messages, page.more);
-  if (session.status === 'error' && session.error) conversation.showError(session.error, false);
-  // Stored text of a part that is still streaming may lag by a second: read it again at the end.
-  if (session.status === 'running') conversation.stale = true;
-  renderTodos(todos.items);
+  if (loaded) {
+    Object.assign(session, loaded.fresh, held.status ? { status: held.status } : {});
+    conversation.load(loaded.page.messages, loaded.page.more);
+    if (session.status === 'error' && session.error) conversation.showError(session.error, false);
+    renderTodos(loaded.todos.items);
+  }
+  for (const event of held.events) applyToConversation(event);
+  if (loaded && session.status === 'running') {
+    // Stored text of a streaming part lags by up to a second: the server sends the open parts
+    // again with their text so far, and the whole conversation is read again when the run ends.
+    socket.resubscribe(session.id);
+    conversation.stale = true;
+  }
   paintSession();
 }
 
@@ -285,6 +300,7 @@ function onEvent(event) {
       const session = state.sessions.find((s) => s.id === sessionid);
       if (!session) return;
       session.status = data.status;
+      if (state.held?.sessionid === sessionid) state.held.status = data.status;
       paintSessions();
       if (!current) return;
       paintSession();
@@ -314,6 +330,11 @@ function onEvent(event) {
     default:
   }
   if (!current) return;
+  if (state.held?.sessionid === sessionid) state.held.events.push(event);
+  else applyToConversation(event);
+}
+
+function applyToConversation({ type, data }) {
   switch (type) {
     case EVENTS.MESSAGE_CREATED: conversation.addMessage(data.message); break;
     case EVENTS.PART_CREATED: conversation.addPart(data.part); break;

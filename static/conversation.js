@@ -86,7 +86,8 @@ export class Conversation {
 
   addPart(part) {
     if (this.parts.has(part.id)) {
-      this.updatePart(part);
+      // Sent again on subscribe: its text so far is the truth, the deltas go on from there.
+      this.updatePart(part, { textSoFar: true });
       return;
     }
     const owner = this.messages.get(part.messageid);
@@ -109,14 +110,15 @@ export class Conversation {
     this.schedule();
   }
 
-  updatePart(part) {
+  updatePart(part, { textSoFar = false } = {}) {
     const view = this.parts.get(part.id);
     if (!view) {
       this.addPart(part);
       return;
     }
     // The stored text wins once the part is closed; until then the deltas are newer.
-    const text = part.closed && part.text ? part.text : view.text;
+    const fromEvent = typeof part.text === 'string' && (textSoFar || (part.closed && part.text));
+    const text = fromEvent ? part.text : view.text;
     const wasOpen = (view.details || view.element).open;
     const fresh = this.renderPart({ ...part, text }, view.role);
     const next = this.parts.get(part.id);

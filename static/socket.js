@@ -75,6 +75,13 @@ export class Socket {
     this.send(CLIENT.UNSUBSCRIBE, sessionid);
   }
 
+  // Subscribe again, so that the server sends the session's open parts and questions anew.
+  resubscribe(sessionid) {
+    if (!this.subscriptions.has(sessionid)) return;
+    this.send(CLIENT.UNSUBSCRIBE, sessionid);
+    this.send(CLIENT.SUBSCRIBE, sessionid);
+  }
+
   unsubscribeAll() {
     for (const id of [...this.subscriptions]) this.unsubscribe(id);
   }

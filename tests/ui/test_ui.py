@@ -220,6 +220,49 @@ def test_escape_aborts_run(live, page):
     assert live.wait_run_end(session) == "aborted"
 
 
+def stored_text_parts(live, session):
+    messages = live.api("sessions_messages", ident=session["id"])["messages"]
+    return [part["text"] for message in messages if message["role"] == "assistant"
+            for part in message["parts"] if part["kind"] == "text"]
+
+
+@pytest.mark.parametrize("snapshot", ["before the run", "after the flush"])
+def test_events_during_load_are_not_lost_under_the_snapshot(live, page, snapshot):
+    """A run that starts while the page reads the stored state: its events are applied on top of the
+    snapshot, whether it was read before the run began or after the streamed text was flushed."""
+    project = live.project("loading", {"a.txt": "x\n"})
+    session = live.session(project, f"Snapshot {snapshot}")
+    held = {}
+
+    def hold(route):
+        name = route.request.url.split("/api/")[1].split("/")[0]
+        held[name] = (route, route.fetch() if snapshot == "before the run" else None)
+
+    for name in ("sessions_messages", "sessions_read"):
+        page.route(f"**/api/{name}/**", hold)
+    page.goto(f"/#/{project['id']}/{session['id']}")
+    expect(page.locator("#connection")).to_have_attribute("data-state", "open")
+    while len(held) < 2:
+        page.wait_for_timeout(20)
+
+    live.model.script(Stall(events=text_chunks("streamed while loading")))
+    live.prompt(session, "Answer while the page loads")
+    deadline = time.monotonic() + 10
+    while stored_text_parts(live, session) != ["streamed while loading"]:  # flushed within a second
+        assert time.monotonic() < deadline, stored_text_parts(live, session)
+        page.wait_for_timeout(50)
+    for route, response in held.values():
+        route.fulfill(response=response or route.fetch())
+
+    expect(page.locator("#session-status")).to_have_text("running")
+    expect(page.locator("#stop")).to_be_visible()
+    expect(page.locator(".msg.user")).to_have_count(1)
+    expect(page.locator(".msg.assistant .part.text")).to_have_text("streamed while loading")
+    page.keyboard.press("Escape")
+    expect(page.locator("#session-status")).to_have_text("aborted")
+    assert live.wait_run_end(session) == "aborted"
+
+
 def test_markup_from_model_and_files_is_text(live, page, watched):
     """<script>, <img onerror> and javascript: links from the model, a tool or a file name render as text."""
     evil_name = "<img src=x onerror=alert(1)>.txt"
