@@ -61,11 +61,12 @@ def context(browser, live, watched):
     context = browser.new_context(viewport=VIEWPORT, base_url=live.url,
                                   permissions=["clipboard-read", "clipboard-write"])
     context.on("page", watched.watch)
-    live.model._script.clear()  # nothing left over from an earlier test
+    live.settle()  # nothing left over from an earlier test, even a failed one
     try:
         yield context
     finally:
         context.close()
+        live.settle()
     assert watched.errors == [], watched.errors
     assert watched.dialogs == [], watched.dialogs
 

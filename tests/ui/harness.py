@@ -75,6 +75,13 @@ class LiveTotem:
         self.stop_app()
         self.start_app()
 
+    def settle(self) -> None:
+        """Leave nothing of one test to the next: the server up, no run going, no response scripted."""
+        if self.app is None:  # a test stopped it and failed before starting it again
+            self.start_app()
+        self.call(self.app.runs.stop_all())
+        self.model._script.clear()
+
     def close(self) -> None:
         if self.app is not None:
             self.stop_app()
