@@ -55,8 +55,11 @@ class TotemProcess:
         self.process: subprocess.Popen | None = None
 
     def launch(self) -> None:
+        # As a person starts it: asyncio's debug mode of the test run would add its own warnings
+        # (a slow callback on a loaded machine) to the output these tests read line by line.
+        env = {key: value for key, value in os.environ.items() if key != "PYTHONASYNCIODEBUG"}
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
-            self.process = subprocess.Popen([sys.executable, LAUNCHER, "--config", self.config],
+            self.process = subprocess.Popen([sys.executable, LAUNCHER, "--config", self.config], env=env,
                                             cwd=self.folder, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
 
     def output(self) -> tuple[str, str]:
