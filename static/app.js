@@ -19,9 +19,11 @@ const MESSAGE_PAGE = 200;
 const GIT_REFRESH_MS = 600;
 const LAST_PROJECT_KEY = 'totem.project';
 
-// held: while the shown session's stored state is read, {sessionid, events, status} that came meanwhile.
+// held: while the shown session's stored state is read, {sessionid, events} that came meanwhile.
+// hearing: maps (sessionid -> status) that collect the statuses announced while a snapshot is read.
 const state = {
-  projects: [], project: null, sessions: [], session: null, catalog: { providers: [], models: [] }, held: null,
+  projects: [], project: null, sessions: [], session: null, catalog: { providers: [], models: [] },
+  held: null, hearing: new Set(),
 };
 let gitTimer = 0;
 
@@ -104,7 +106,7 @@ async function selectProject(project, sessionid) {
   state.session = null;
   paintProjects();
   try {
-    state.sessions = await api('sessions', { query: { projectid: project.id } });
+    state.sessions = await readSessions(project.id);
   } catch (error) {
     toast(error.message);
     state.sessions = [];
@@ -115,6 +117,23 @@ async function selectProject(project, sessionid) {
   else showEmptySession();
   tree.load(project.id);
   loadGit(project.id);
+}
+
+// A session.status announced while a snapshot is read is newer than the snapshot.
+async function hearingStatuses(read) {
+  const heard = new Map();
+  state.hearing.add(heard);
+  try {
+    return { value: await read(), heard };
+  } finally {
+    state.hearing.delete(heard);
+  }
+}
+
+async function readSessions(projectid) {
+  const { value: sessions, heard } = await hearingStatuses(() => api('sessions', { query: { projectid } }));
+  for (const session of sessions) if (heard.has(session.id)) session.status = heard.get(session.id);
+  return sessions;
 }
 
 function showEmptySession() {
@@ -146,15 +165,16 @@ async function selectSession(chosen) {
 async function loadConversation() {
   const session = state.session;
   if (!session) return;
-  const held = { sessionid: session.id, events: [], status: null };
+  const held = { sessionid: session.id, events: [] };
   state.held = held;
   let loaded = null;
   try {
-    const [page, todos, fresh] = await Promise.all([
+    const { value: [page, todos, fresh], heard } = await hearingStatuses(() => Promise.all([
       api('sessions_messages', { id: session.id, query: { limit: MESSAGE_PAGE } }),
       api('sessions_todos', { id: session.id }),
       api('sessions_read', { id: session.id }),
-    ]);
+    ]));
+    if (heard.has(session.id)) fresh.status = heard.get(session.id);
     loaded = { page, todos, fresh };
   } catch (error) {
     toast(error.message);
@@ -162,7 +182,7 @@ async function loadConversation() {
   if (state.held === held) state.held = null;
   if (state.session?.id !== session.id) return; // another session was chosen meanwhile
   if (loaded) {
-    Object.assign(session, loaded.fresh, held.status ? { status: held.status } : {});
+    Object.assign(session, loaded.fresh);
     conversation.load(loaded.page.messages, loaded.page.more);
     if (session.status === 'error' && session.error) conversation.showError(session.error, false);
     renderTodos(loaded.todos.items);
@@ -297,10 +317,10 @@ function onEvent(event) {
   const current = sessionid && sessionid === state.session?.id;
   switch (type) {
     case EVENTS.SESSION_STATUS: {
+      for (const heard of state.hearing) heard.set(sessionid, data.status);
       const session = state.sessions.find((s) => s.id === sessionid);
       if (!session) return;
       session.status = data.status;
-      if (state.held?.sessionid === sessionid) state.held.status = data.status;
       paintSessions();
       if (!current) return;
       paintSession();
@@ -370,7 +390,7 @@ async function resync(reconnected) {
       paintProjects();
       return;
     }
-    state.sessions = await api('sessions', { query: { projectid: state.project.id } });
+    state.sessions = await readSessions(state.project.id);
     for (const id of [...socket.subscriptions]) if (!state.sessions.some((s) => s.id === id)) socket.unsubscribe(id);
     for (const session of state.sessions) socket.subscribe(session.id);
     const fresh = state.sessions.find((s) => s.id === state.session?.id);

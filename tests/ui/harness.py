@@ -114,6 +114,12 @@ class LiveTotem:
     def prompt(self, session: dict, text: str) -> dict:
         return self.api("sessions_prompt", {"text": text, "model": self.modelref}, ident=session["id"])
 
+    def open_parts(self, session: dict) -> list[dict]:
+        """The parts of the session's run that are still streaming (none when nothing runs)."""
+        async def read():
+            return self.app.runs.open_parts(session["id"])
+        return self.call(read())
+
     def wait_run_end(self, session: dict, timeout_ms: float = 10_000) -> str:
         """Wait until the session's run has ended; returns its stored status."""
         async def wait():

@@ -263,6 +263,34 @@ def test_events_during_load_are_not_lost_under_the_snapshot(live, page, snapshot
     assert live.wait_run_end(session) == "aborted"
 
 
+def test_status_announced_while_the_session_list_loads(live, page):
+    """A run that starts while the page reads the session list shows as running in the list."""
+    project = live.project("listing", {"a.txt": "x\n"})
+    busy = live.session(project, "Busy")
+    quiet = live.session(project, "Quiet")
+    held = []
+    page.route(lambda url: "/api/sessions?" in url, lambda route: held.append((route, route.fetch())))
+    page.goto(f"/#/{project['id']}/{quiet['id']}")
+    expect(page.locator("#connection")).to_have_attribute("data-state", "open")
+    while not held:
+        page.wait_for_timeout(20)
+
+    live.model.script(Stall(events=text_chunks("busy busy")))
+    live.prompt(busy, "Keep busy")
+    deadline = time.monotonic() + 10
+    while not live.open_parts(busy):
+        assert time.monotonic() < deadline
+        page.wait_for_timeout(20)
+    page.wait_for_timeout(300)  # the announcement reaches the page while the list is still held
+    for route, response in held:
+        route.fulfill(response=response)
+
+    expect(page.locator(f"#sessions li[data-id='{busy['id']}']")).to_have_attribute("data-status", "running")
+    expect(page.locator("#session-title")).to_have_text("Quiet")
+    live.api("sessions_abort", ident=busy["id"], method="POST")
+    expect(page.locator(f"#sessions li[data-id='{busy['id']}']")).to_have_attribute("data-status", "aborted")
+
+
 def test_markup_from_model_and_files_is_text(live, page, watched):
     """<script>, <img onerror> and javascript: links from the model, a tool or a file name render as text."""
     evil_name = "<img src=x onerror=alert(1)>.txt"
