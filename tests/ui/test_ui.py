@@ -253,6 +253,7 @@ def test_events_during_load_are_not_lost_under_the_snapshot(live, page, snapshot
         page.wait_for_timeout(50)
     for route, response in held.values():
         route.fulfill(response=response or route.fetch())
+    page.unroute_all()  # later reads (the one at the end of the run) go straight through
 
     expect(page.locator("#session-status")).to_have_text("running")
     expect(page.locator("#stop")).to_be_visible()
@@ -284,6 +285,7 @@ def test_status_announced_while_the_session_list_loads(live, page):
     page.wait_for_timeout(300)  # the announcement reaches the page while the list is still held
     for route, response in held:
         route.fulfill(response=response)
+    page.unroute_all()
 
     expect(page.locator(f"#sessions li[data-id='{busy['id']}']")).to_have_attribute("data-status", "running")
     expect(page.locator("#session-title")).to_have_text("Quiet")
