@@ -226,58 +226,44 @@ def test_stream_chat_fast_stream_many_deltas():
 # --- HTTP errors before streaming ------------------------------------------------------------
 
 
-def test_stream_chat_429_retry_after_is_retryable():
-    """A 429 with Retry-After raises a retryable ProviderError with the delay."""
+def http_error_of(provider: str, case: str, key: str = "sk-test") -> ProviderError:
+    """The ProviderError that streaming raises when the model answers with this error fixture."""
     async def scenario():
         async with ScriptedModel() as model:
-            model.script(HttpError.fixture("openai", "429_rate_limit_tokens"))
+            model.script(HttpError.fixture(provider, case))
             with pytest.raises(ProviderError) as caught:
-                await collect(model.chat_url)
-        error = caught.value
-        assert (error.status, error.kind, error.retry, error.retry_after) == (429, KIND_RATE_LIMIT, True, 3.0)
+                await collect(model.chat_url, key)
+        return caught.value
 
-    asyncio.run(scenario())
+    return asyncio.run(scenario())
+
+
+def test_stream_chat_429_retry_after_is_retryable():
+    """A 429 with Retry-After raises a retryable ProviderError with the delay."""
+    error = http_error_of("openai", "429_rate_limit_tokens")
+    assert (error.status, error.kind, error.retry, error.retry_after) == (429, KIND_RATE_LIMIT, True, 3.0)
 
 
 def test_stream_chat_401_not_retryable_and_key_not_echoed():
     """A 401 is not retryable, says the key was rejected, and never contains the key."""
-    async def scenario():
-        async with ScriptedModel() as model:
-            model.script(HttpError.fixture("groq", "401_invalid_api_key"))
-            with pytest.raises(ProviderError) as caught:
-                await collect(model.chat_url, "gsk_supersecret")
-        error = caught.value
-        assert (error.status, error.kind, error.retry) == (401, KIND_AUTH, False)
-        assert error.message.startswith("The provider rejected the API key (401)")
-        assert "gsk_supersecret" not in repr(error) + str(error)
-        assert not isinstance(error, ProviderConnectionError)
-
-    asyncio.run(scenario())
+    error = http_error_of("groq", "401_invalid_api_key", "gsk_supersecret")
+    assert (error.status, error.kind, error.retry) == (401, KIND_AUTH, False)
+    assert error.message.startswith("The provider rejected the API key (401)")
+    assert "gsk_supersecret" not in repr(error) + str(error)
+    assert not isinstance(error, ProviderConnectionError)
 
 
 def test_stream_chat_404_unknown_model():
     """An unknown model names the model in the message."""
-    async def scenario():
-        async with ScriptedModel() as model:
-            model.script(HttpError.fixture("ollama", "404_model_not_found_v1"))
-            with pytest.raises(ProviderError) as caught:
-                await collect(model.chat_url)
-        assert caught.value.kind == KIND_MODEL_NOT_FOUND
-        assert caught.value.message.startswith("Unknown model 'qwen3-coder:30b'")
-
-    asyncio.run(scenario())
+    error = http_error_of("ollama", "404_model_not_found_v1")
+    assert error.kind == KIND_MODEL_NOT_FOUND
+    assert error.message.startswith("Unknown model 'qwen3-coder:30b'")
 
 
 def test_stream_chat_html_502_retryable():
     """An HTML 502 from an edge proxy is retryable and readable."""
-    async def scenario():
-        async with ScriptedModel() as model:
-            model.script(HttpError.fixture("any", "502_html_from_edge_proxy"))
-            with pytest.raises(ProviderError) as caught:
-                await collect(model.chat_url)
-        assert caught.value.retry is True and caught.value.message.endswith("502 Bad Gateway")
-
-    asyncio.run(scenario())
+    error = http_error_of("any", "502_html_from_edge_proxy")
+    assert error.retry is True and error.message.endswith("502 Bad Gateway")
 
 
 # --- stalls, cancellation, cut streams -------------------------------------------------------
