@@ -329,12 +329,12 @@ RIDING = [
     bash("watch touch x"),
     bash("\uff47\uff49\uff54 status",  # full-width letters: another program, no rule covers it
          patterns=("'\uff47\uff49\uff54' status", "'\uff47\uff49\uff54' status *")),
-    bash("git status\r\nrm x", patterns=("git 'status\r'", "git *")),
-    bash("git status\rrm x", patterns=("git 'status\rrm' x", "git *")),
+    bash("git status\r\nrm x"),  # opaque (a control character): no pattern could allow it
+    bash("git status\rrm x"),
     bash("git status#; rm x", patterns=("git status#", "git *")),
     bash("git status && touch ../pwned", patterns=GIT),
     bash("git status || touch ../pwned", patterns=GIT),
-    bash("git status |& touch x", patterns=GIT),
+    bash("git status |& touch x"),
     bash("git status 2>../pwned"),
     bash("git status &>x"),
     bash("git status 1>x"),
@@ -346,10 +346,10 @@ RIDING = [
     bash("git status; $(echo touch) x"),
     bash("git status; ${X:-touch} x"),
     bash("git status ; $'\\x74ouch' x"),
-    bash("git status\\\n; touch x", patterns=GIT),
-    bash("git st\\\natus; touch x", patterns=GIT),
+    bash("git status\\\n; touch x"),
+    bash("git st\\\natus; touch x"),
     bash("git status;\ttouch x", patterns=GIT),
-    bash("git status\u00a0; touch x", patterns=("git 'status\u00a0'", "git *")),
+    bash("git status\u00a0; touch x"),
     bash("git status\x00; touch x"),
     bash("git status --short\n\ntouch ../pwned", patterns=("git status --short", "git status *")),
     bash("git status --porcelain; cd ..; touch pwned"),
@@ -392,7 +392,7 @@ RIDING = [
     bash("git status 2>&1", "allow", says="[exit code 0]", by="rule"),
     bash("git status >/dev/null", "allow", says="[exit code 0]", by="rule"),
     # `#` starts a comment: the shell runs only `git status`, and x stays (the snapshot says so).
-    bash("git status #; rm x", "allow", says="[exit code 0]", by="rule"),
+    bash("git status #; rm x"),  # a comment: not understood, so it asks
     bash("ls -la", "allow", says="README.md", by="rule"),
     bash("ls -la src", "allow", says="app.py", by="rule"),
     bash("pwd", "allow", says="proj", by="rule"),

@@ -125,7 +125,8 @@ def test_specificity_exact_beats_wildcard():
     """An exact pattern beats any wildcard, even a longer deny."""
     rules = [project("bash", "rm -rf build*", "deny"), project("bash", "rm -rf build", "allow")]
     assert bash("rm -rf build", rules).action == "allow"
-    assert bash("rm -rf build2", rules).action == "deny"
+    assert bash("rm -rf build x", rules).action == "deny"
+    assert bash("rm -rf build2", rules).action == "ask"  # a glued * continues the arguments
 
 
 def test_specificity_more_literals_win():
@@ -267,8 +268,8 @@ ADVERSARIAL = [
     ("git status;", "allow"),
     ("git status && ls -la", "allow"),
     ("git status | cat", "allow"),
-    ("git status\\\n --short", "allow"),
-    ("git sta\\\ntus", "allow"),
+    ("git status\\\n --short", "ask"),
+    ("git sta\\\ntus", "ask"),
     ("ca\\\nt .env", "ask"),
     ("cat $\\\n'\\x2eenv'", "ask"),
     ("cat $\\\nHOME/.ssh/id_rsa", "ask"),
@@ -307,7 +308,7 @@ ADVERSARIAL = [
     ("git status 2>&1", "allow"),
     ("git status >/dev/null", "allow"),
     ("git status 2>/dev/null", "allow"),
-    ("git status &>/dev/null", "allow"),
+    ("git status &>/dev/null", "ask"),
     ("git status >&2", "allow"),
     ("git status 3>&-", "allow"),
     ("cat <<EOF\nhello\nEOF", "ask"),
@@ -356,7 +357,7 @@ ADVERSARIAL = [
     ("git status \\; rm x", "allow"),
     ("git status 'unterminated", "ask"),
     ('git status "unterminated', "ask"),
-    ("git status # ; rm -rf x", "allow"),
+    ("git status # ; rm -rf x", "ask"),
     ("git status#; rm x", "ask"),
     ("git status '#'; rm x", "ask"),
     # lookalikes, sizes, nothing
@@ -440,7 +441,7 @@ def test_bash_opaque_asks_even_under_allow_all(line):
     """A line the splitter does not fully understand asks even when bash * is allowed."""
     decision = bash(line, [project("bash", "*", "allow")])
     assert (decision.action, decision.rule) == ("ask", None)
-    assert "not fully understood" in decision.reason
+    assert "not fully understood" in decision.reason or "can run another program" in decision.reason
 
 
 def test_bash_allow_all_allows_plain_lines():
@@ -564,8 +565,9 @@ def test_bash_opaque_deny_stays_deny():
 SPLITS = [
     ('echo "a;b" c', [("echo", "a;b", "c")], ()),
     ("echo a\\;b", [("echo", "a;b")], ()),
-    ("a && b || c | d & e; f\ng |& h", [(x,) for x in "abcdefgh"], ()),
-    ("a # b; c\nd", [("a",), ("d",)], ()),
+    ("a && b || c | d & e; f\ng", [(x,) for x in "abcdefg"], ()),
+    ("f |& g", [("f",), ("g",)], ("|& (bash pipes stderr too; dash runs the command in the background)",)),
+    ("a # b; c\nd", [("a",), ("d",)], ("comment #",)),
     ("echo x#y", [("echo", "x#y")], ()),
     ("cmd 2>&1 >/dev/null", [("cmd",)], ()),
     ("cmd > out", [("cmd",)], ("redirection to a file",)),
@@ -680,7 +682,7 @@ SUGGESTIONS = [
     ("bash", "ls -la", ["ls -la", "ls *"]),
     ("bash", "make", ["make", "make *"]),
     ("bash", "npm run build -- --prod", ["npm run build -- --prod", "npm run *"]),
-    ("bash", "rm *.pyc", ["rm *"]),
+    ("bash", "rm *.pyc", []),  # the shell expands it: no wildcard rule would cover it
     ("bash", "git status $(x)", []),
     ("bash", "cat .env", ["cat .env"]),
     ("bash", "ls -la /etc", ["ls -la /etc"]),

@@ -23,12 +23,14 @@ Must not: read files, resolve paths (the caller passes `outside` and `inside`), 
 
 from __future__ import annotations
 
+import functools
 import posixpath
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from . import boundary
+from .programs import risky_use
 from .shellwords import Split, command_text, split_command
 
 __all__ = [
@@ -170,17 +172,20 @@ def matches(tool: str, pattern: str, subject: str) -> bool:
 
     File tools: `*` within one path segment, `**` as a whole segment across any number of them
     (`src/**` matches src and everything below; `**/.env` matches .env and a/.env). fetch: the
-    host, case-insensitive, `*` any text (`*.example.com`). Bash and every other tool: `*` is any
-    text. A pattern without `*` matches exactly; `?` and `[` are plain characters. Bash: a
-    pattern that ends in ` *` also matches the command without arguments (`git log *` matches
-    `git log`), so the "always" of a suggested pattern covers the command it was asked for.
+    host, case-insensitive, `*` any text (`*.example.com`). Bash: word by word (see
+    `_match_words`): a `*` word stands for any number of arguments, none included (`git log *`
+    matches `git log`), a `*` glued to the end of the last word continues that command's
+    arguments, not the word (`git status*` matches `git status --short`, never `git status-x`),
+    and a `*` inside a word matches within that word only. Every other tool: `*` is any text. A
+    pattern without `*` matches exactly; `?` and `[` are plain characters.
     """
     if tool in FILE_TOOLS:
         return _match_path(pattern, subject)
     if tool == "fetch":
         return _match_text(pattern.lower(), subject.lower().rstrip("."))
     if tool == "bash":
-        return _match_command(pattern, subject)
+        commands = split_command(subject).commands
+        return _match_argv(pattern, commands[0] if commands else (), widen=False)
     return _match_text(pattern, subject)
 
 
@@ -200,7 +205,7 @@ def suggest_patterns(tool: str, subject: str) -> list[str]:
         argv = split.commands[0]
         prefix = argv[:2] if len(argv) > 1 and _is_subcommand(argv[1]) else argv[:1]
         exact, base, wildcard = command_text(argv), command_text(prefix), " *"
-        if any(_names_env(arg) or _may_leave(arg) for arg in argv[1:]):
+        if _wildcard_guard(argv, None):
             base = ""  # a wildcard would not cover this command (only an exact rule can)
     elif tool in FILE_TOOLS:
         folder = "" if _is_env(subject) else posixpath.dirname(subject)
@@ -251,8 +256,10 @@ def _pattern_problems(tool, pattern, action) -> list[str]:
         if not split.commands:
             return ["must name a command"]
         texts = [command_text(argv) for argv in split.commands]
-        if split.opaque and action == "allow":
-            return [f"cannot allow: Totem always asks for {', '.join(split.opaque)}"]
+        # The pattern's own wildcards stand for words: judge the command they stand in for.
+        opaque = split_command(pattern.replace("*", "x")).opaque
+        if opaque and action == "allow":
+            return [f"cannot allow: Totem always asks for {', '.join(opaque)}"]
         if pattern not in texts:
             if len(texts) > 1:
                 return ["must match one simple command (no ; && || | & or newline): one rule each"]
@@ -319,28 +326,42 @@ def _decide_line(line: str, rules: Sequence[Rule], inside) -> Decision:
 def _decide_command(argv: tuple[str, ...], rules: Sequence[Rule], inside) -> Decision:
     text = command_text(argv)
     # A deny rule also sees the program without its folder: `rm *` denies /bin/rm -rf x.
-    bare = command_text((posixpath.basename(argv[0]), *argv[1:])) if "/" in argv[0] else None
+    bare = (posixpath.basename(argv[0]), *argv[1:]) if "/" in argv[0] else None
     found = []
     for rule in rules:
         if rule.tool not in ("bash", "*"):
             continue
-        if _match_command(rule.pattern, text):
+        # Deny and ask rules also catch abbreviated long options (`--upload-pa=` for
+        # `--upload-pack*`): GNU getopt and git take any unique prefix.
+        widen = rule.action != "allow"
+        if _match_argv(rule.pattern, argv, widen):
             if rule != _LS_RULE or _is_listing(argv, inside):
                 found.append(rule)
-        elif bare is not None and rule.action == "deny" and _match_command(rule.pattern, bare):
+        elif bare is not None and rule.action == "deny" and _match_argv(rule.pattern, bare, widen):
             found.append(rule)
     if not found:
         return _no_rule("bash", text)
     rule = max(found, key=_rank)
     if rule.action == "allow" and "*" in rule.pattern:
-        if any(_names_env(arg) for arg in argv[1:]):
-            return _guarded(rule, text, "names a protected .env file")
-        if any(_leaves_project(arg, inside) for arg in argv[1:]):
-            return _guarded(rule, text, "names a path outside the project or a protected file")
-        if any(_expands(arg) for arg in argv[1:]):
-            # The shell expands it, maybe through a link to a file outside or to a .env file.
-            return _guarded(rule, text, "has a pattern that the shell expands")
+        guard = _wildcard_guard(argv, inside)
+        if guard:
+            return _guarded(rule, text, guard)
     return _by_rule(rule, text)
+
+
+def _wildcard_guard(argv: tuple[str, ...], inside) -> str | None:
+    """Why a wildcard allow rule cannot cover this command (only an exact rule can), or None."""
+    if any(_names_env(arg) for arg in argv[1:]):
+        return "names a protected .env file"
+    if any(_leaves_project(arg, inside) for arg in argv[1:]):
+        return "names a path outside the project or a protected file"
+    if any(_expands(arg) for arg in argv[1:]):
+        # The shell expands it, maybe through a link to a file outside or to a .env file.
+        return "has a pattern that the shell expands"
+    risk = risky_use(argv)
+    if risk:
+        return f"uses {risk}"
+    return None
 
 
 def _match_text(pattern: str, text: str) -> bool:
@@ -360,10 +381,67 @@ def _match_text(pattern: str, text: str) -> bool:
     return True
 
 
-def _match_command(pattern: str, text: str) -> bool:
-    if pattern.endswith(" *") and _match_text(pattern[:-2], text):
+@functools.lru_cache(maxsize=4096)
+def _pattern_words(pattern: str) -> tuple[str, ...] | None:
+    """A bash pattern as the words of its one simple command (None: it is not one)."""
+    commands = split_command(pattern).commands
+    return commands[0] if len(commands) == 1 else None
+
+
+def _match_argv(pattern: str, argv: tuple[str, ...], widen: bool) -> bool:
+    words = _pattern_words(pattern)
+    if words is None:
+        return False
+    return _match_words(words, argv, widen)
+
+
+def _match_words(words: tuple[str, ...], argv: tuple[str, ...], widen: bool) -> bool:
+    """Pattern words against a command's words, by dynamic programming (no backtracking).
+
+    `*` alone: any number of words. The last word `W*` (W not empty): the word W, then any
+    arguments; for an option, also W glued to its value (`--output=x` for `--output*`, `-ox` for
+    `-o*`). Any other word: `*` inside it matches within that one word. `widen`: an abbreviated
+    long option of the command (`--upload-pa`) also stands for the pattern's longer one.
+    """
+    count = len(argv)
+    following = [False] * count + [True]  # can the words after this one match argv[j:]?
+    for index in range(len(words) - 1, -1, -1):
+        word = words[index]
+        current = [False] * (count + 1)
+        if word == "*":
+            current[count] = following[count]
+            for j in range(count - 1, -1, -1):
+                current[j] = following[j] or current[j + 1]
+        elif index == len(words) - 1 and word.endswith("*"):
+            stem = word[:-1]
+            for j in range(count):
+                current[j] = _stem_matches(stem, argv[j], widen)
+        else:
+            for j in range(count):
+                current[j] = following[j + 1] and _word_matches(word, argv[j], widen)
+        following = current
+    return following[0]
+
+
+def _stem_matches(stem: str, arg: str, widen: bool) -> bool:
+    if _word_matches(stem, arg, widen):
         return True
-    return _match_text(pattern, text)
+    if stem.startswith("--") and "=" not in stem:
+        return _word_matches(stem + "=*", arg, widen)
+    if len(stem) == 2 and stem[0] == "-" and stem[1] != "-":
+        return _match_text(stem + "*", arg)
+    return False
+
+
+def _word_matches(word: str, arg: str, widen: bool) -> bool:
+    if _match_text(word, arg):
+        return True
+    if widen and word.startswith("--") and arg.startswith("--"):
+        name = arg.split("=", 1)[0]
+        literal = re.split(r"[*=]", word, maxsplit=1)[0]
+        if len(name) >= 5 and len(name) < len(literal) and literal.startswith(name):
+            return _match_text(word, literal + arg[len(name):])
+    return False
 
 
 def _match_path(pattern: str, path: str) -> bool:
@@ -390,8 +468,8 @@ def _skip_globstars(wanted: list[str], states: set[int]) -> set[int]:
 
 
 def _is_env(path: str) -> bool:
-    """boundary's protected .env, also in capitals (a case-insensitive disk opens .ENV as .env)."""
-    return boundary.is_protected_env(path) or boundary.is_protected_env(path.lower())
+    """boundary's protected secret file (compared without case there: .ENV is .env on some disks)."""
+    return boundary.is_protected_env(path)
 
 
 def _values(arg: str, separators: str) -> list[str]:
@@ -423,8 +501,17 @@ def _may_leave(value: str) -> bool:
                for segment in value.split("/"))
 
 
+def _path_values(arg: str) -> list[str]:
+    """The paths an argument may hold: itself, and what follows `=`, `@`, `,`, a blank, or a `:`
+    that does not start a URL (`w ../out/x`, `--output=/etc/x`, `a:/etc/x`, `-f/etc/x`)."""
+    values = _values(arg, "=@,")
+    for value in list(values):
+        values += [piece for piece in re.split(r"\s+|:(?!//)", value) if piece]
+    return values
+
+
 def _leaves_project(arg: str, inside) -> bool:
-    for value in _values(arg, "="):
+    for value in _path_values(arg):
         if _may_leave(value):
             return True
         if inside is not None and not value.startswith("-") and not _stays(inside, value):

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import functools
 import os
 import pwd
 import signal
@@ -55,6 +56,10 @@ REAP_TIMEOUT_S = 5.0
 LINGER_S = 0.3
 # After the group is stopped, how long to wait for the last output still in the pipe.
 DRAIN_S = 1.0
+# The shell that runs a command line: bash where it is installed (the tool is named bash, and
+# models write bash), else the system's /bin/sh. shellwords.py understands only what both read
+# alike, so the permission decision does not depend on which one it is.
+SHELL_CANDIDATES = ("/bin/bash", "/usr/bin/bash", "/bin/sh")
 SHELL_PATH = "/bin/sh"
 DEFAULT_LANG = "C.UTF-8"
 # git reads these as if they were `-c` options: the strongest layer, over the repository's own.
@@ -88,7 +93,7 @@ def minimal_environment() -> dict[str, str]:
     """The whole environment of a command or terminal: no key, token or setting of the server."""
     account = _account()
     env = {
-        "PATH": os.environ.get("PATH") or os.defpath,
+        "PATH": _absolute_path(os.environ.get("PATH") or os.defpath),
         "HOME": os.environ.get("HOME") or (account.pw_dir if account else "/"),
         "USER": os.environ.get("USER") or (account.pw_name if account else ""),
         "LANG": os.environ.get("LANG") or DEFAULT_LANG,
@@ -99,10 +104,30 @@ def minimal_environment() -> dict[str, str]:
     return {key: value for key, value in env.items() if value}
 
 
+def _absolute_path(path: str) -> str:
+    """PATH without its empty and relative entries: those would find a program of the project
+    (`ls` in the working folder) before the system's."""
+    return os.pathsep.join(entry for entry in path.split(os.pathsep) if os.path.isabs(entry))
+
+
+@functools.cache
+def command_shell() -> str:
+    """The absolute path of the shell that runs command lines (see SHELL_CANDIDATES)."""
+    for candidate in SHELL_CANDIDATES:
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return SHELL_PATH
+
+
+def shell_argv(command: str) -> list[str]:
+    """The argv that runs a command line: `<shell> -c <line>`, no startup files read."""
+    return [command_shell(), "-c", command]
+
+
 async def run_command(command: str | Sequence[str], *, cwd: str, timeout_s: float | None,
                       output_cap_bytes: int, on_output: Callable[[str], None] | None = None,
                       env: Mapping[str, str] | None = None) -> CommandResult:
-    """Run a shell line (through /bin/sh -c) or an argv list in `cwd` and collect its output.
+    """Run a shell line (through `shell_argv()`) or an argv list in `cwd` and collect its output.
 
     `on_output` receives the decoded text as it comes (never an empty string). `env` adds
     variables over `minimal_environment()`; the server's own environment is never passed.
@@ -112,7 +137,7 @@ async def run_command(command: str | Sequence[str], *, cwd: str, timeout_s: floa
     Raises CommandError when the command cannot start, ValueError for an empty argv or a cap
     under 2 bytes, and whatever `on_output` raises (after stopping the group).
     """
-    argv = [SHELL_PATH, "-c", command] if isinstance(command, str) else list(command)
+    argv = shell_argv(command) if isinstance(command, str) else list(command)
     if not argv:
         raise ValueError("empty command")
     if output_cap_bytes < 2:

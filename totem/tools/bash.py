@@ -1,6 +1,6 @@
 """The bash tool: one shell command line in the project folder, through the runner.
 
-The line runs with `/bin/sh -c` in the project root, with the runner's minimal environment,
+The line runs with `bash -c` (or `/bin/sh -c` where bash is missing: runner.shell_argv) in the project root, with the runner's minimal environment,
 timeout, output cap and process-group kill. Its output streams to the person through
 `ctx.emit` as it comes; the model gets the kept output and a last line with the exit code (or
 the timeout). A non-zero exit is a result, not an error: the model needs the output to fix
@@ -35,7 +35,7 @@ class BashTool(Tool):
         "type": "object",
         "properties": {
             "command": {"type": "string", "minLength": 1, "maxLength": MAX_COMMAND_CHARS,
-                        "description": "The command line, run with /bin/sh -c"},
+                        "description": "The command line, run with bash -c"},
             "timeout": {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_S,
                         "description": f"Seconds (default {runner.DEFAULT_TIMEOUT_S:g})"},
             "description": {"type": "string", "maxLength": MAX_DESCRIPTION_CHARS,
