@@ -501,7 +501,7 @@ class OriginTest(Case):
         port = self.app.port
         answer = await exchange(self.app, head(
             "POST /api/projects_open HTTP/1.1", f"Host: [::1]:{port}", f"Origin: http://[::1]:{port}",
-            "Content-Length: 0", "Connection: close"))
+            "Content-Type: application/json", "Content-Length: 0", "Connection: close"))
         self.assertError(answer, 400, "body")  # past the perimeter: the body is what is wrong
 
     async def test_origin_foreign_get_200(self):
@@ -590,8 +590,9 @@ class OriginProxyTokenTest(Case):
     settings = {"token": TOKEN, "proxy": "127.0.0.1"}
 
     async def test_forwarded_host_https_origin_200(self):
-        """Behind an HTTPS proxy, the public origin matches the forwarded host (default port 443)."""
-        headers = bearer() | {"X-Forwarded-Host": "totem.example", "Origin": "https://totem.example"}
+        """Behind an HTTPS proxy, the public origin is the forwarded proto and host (default port 443)."""
+        headers = bearer() | {"X-Forwarded-Host": "totem.example", "X-Forwarded-Proto": "https",
+                              "Origin": "https://totem.example"}
         answer = await call(self.app, "projects_open", {"path": self.folder("p")}, headers=headers)
         self.assertEqual(answer.status, 200, answer.body)
 
@@ -1078,7 +1079,8 @@ class LimitsTest(Case):
         """A body that stalls gets 408 after bodytimeout, and nothing is created."""
         started = time.monotonic()
         answer = await exchange(self.app, head("POST /api/projects_open HTTP/1.1", self.host(),
-                                               "Content-Length: 100", body=b'{"path": '))
+                                               "Content-Type: application/json", "Content-Length: 100",
+                                               body=b'{"path": '))
         self.assertError(answer, 408)
         self.assertGreaterEqual(time.monotonic() - started, 0.9)
         self.assertEqual(await self.project_ids(), [])
@@ -1105,7 +1107,7 @@ class LimitsTest(Case):
             for name in ("a", "b"):
                 body = json.dumps({"path": self.folder(name)}).encode()
                 writer.write(head("POST /api/projects_open HTTP/1.1", self.host(),
-                                  f"Content-Length: {len(body)}", body=body))
+                                  "Content-Type: application/json", f"Content-Length: {len(body)}", body=body))
                 answer = await asyncio.wait_for(read_answer(reader), ANSWER_MS * MS)
                 self.assertEqual(answer.status, 200, answer.body)
         self.assertEqual(len(await self.project_ids()), 2)

@@ -19,6 +19,7 @@ from totem.config import parse_values
 # Every wait in the tests is expressed in this unit; raise TOTEM_TEST_SLOWDOWN on a slow machine.
 MS = 0.001 * float(os.environ.get("TOTEM_TEST_SLOWDOWN", "1"))
 TOKEN = "correct-horse-battery-staple"
+JSON_TYPE = "application/json"
 
 
 @contextlib.asynccontextmanager
@@ -66,8 +67,12 @@ async def read_answer(reader: asyncio.StreamReader, head_only: bool = False) -> 
 
 
 async def request(app, method: str, path: str, body=None, headers: dict | None = None,
-                  raw_body: bytes | None = None, host: str | None = None) -> Answer:
-    """One HTTP request on a new connection; JSON-encodes `body`."""
+                  raw_body: bytes | None = None, host: str | None = None,
+                  content_type: str | None = JSON_TYPE) -> Answer:
+    """One HTTP request on a new connection; JSON-encodes `body`.
+
+    A request with `body` or `raw_body` (even b"") carries `content_type` unless it is None or
+    `headers` name a Content-Type themselves; a request with neither carries no Content-Type."""
     reader, writer = await asyncio.open_connection("127.0.0.1", app.port)
     try:
         payload = raw_body if raw_body is not None else (b"" if body is None else json.dumps(body).encode())
@@ -77,8 +82,9 @@ async def request(app, method: str, path: str, body=None, headers: dict | None =
             lines.append(f"{name}: {value}")
         if payload or method == "POST":
             lines.append(f"Content-Length: {len(payload)}")
-            if body is not None:
-                lines.append("Content-Type: application/json")
+        has_type = any(name.lower() == "content-type" for name in (headers or {}))
+        if (body is not None or raw_body is not None) and content_type is not None and not has_type:
+            lines.append(f"Content-Type: {content_type}")
         writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + payload)
         await writer.drain()
         return await read_answer(reader, head_only=method == "HEAD")

@@ -2,8 +2,9 @@
 
 Owns the access token (compared in constant time), the login cookie, the blocking of a client
 after repeated failures, the Host rule that stops DNS rebinding when no token is set, and the
-Origin rule for requests that change something and for the WebSocket. It answers questions
-about a request; it does not route or build responses (the caller raises what it returns).
+Origin rule (scheme, host and port) for requests that change something and for the WebSocket.
+It answers questions about a request; it does not route or build responses (the caller raises
+what it returns).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ COOKIE_NAME = "totem"
 COOKIE_MAX_AGE_S = 30 * 24 * 3600
 SAFE_METHODS = frozenset(("GET", "HEAD", "OPTIONS"))
 LOOPBACK_HOSTS = frozenset(("localhost", "127.0.0.1", "::1"))
+# The schemes of a page that may change something here, with the port that an absent one means.
+DEFAULT_PORTS = {"http": 80, "https": 443}
 MAX_TRACKED_CLIENTS = 10_000
 
 
@@ -56,6 +59,21 @@ def split_host(value: str) -> tuple[str, int | None] | None:
     return host, None
 
 
+def parse_origin(value: str) -> tuple[str, str, int] | None:
+    """Scheme, host and port of an Origin header value (RFC 6454 section 7), the port filled in
+    from the scheme when absent; None for `null`, another scheme, user info, a path or garbage."""
+    try:
+        parts = urlsplit(value)
+        port = parts.port
+    except ValueError:  # "http://[::1", a port that is not a number or out of range
+        return None
+    # A browser sends scheme://host[:port] and nothing else; anything more is not a page's origin.
+    if (parts.scheme not in DEFAULT_PORTS or not parts.hostname or parts.username is not None
+            or parts.path or parts.query or parts.fragment):
+        return None
+    return parts.scheme, parts.hostname, DEFAULT_PORTS[parts.scheme] if port is None else port
+
+
 def cookie_value(header: str | None) -> str | None:
     """Our cookie's value from a Cookie header."""
     if not header:
@@ -86,9 +104,12 @@ class Perimeter:
 
     # -- where the request comes from ---------------------------------------------------------
 
+    def _from_proxy(self, request) -> bool:
+        return bool(self.proxy) and request.client == self.proxy
+
     def client_address(self, request) -> str:
         """The client's address: the peer, or the forwarded one when the peer is our proxy."""
-        if self.proxy and request.client == self.proxy:
+        if self._from_proxy(request):
             forwarded = request.header("x-forwarded-for")
             if forwarded:
                 return forwarded.split(",")[-1].strip()
@@ -96,11 +117,21 @@ class Perimeter:
 
     def requested_host(self, request) -> str | None:
         """The host that was asked for: Host, or x-forwarded-host from the trusted proxy only."""
-        if self.proxy and request.client == self.proxy:
+        if self._from_proxy(request):
             forwarded = request.header("x-forwarded-host")
             if forwarded:
                 return forwarded.split(",")[0].strip()
         return request.header("host")
+
+    def requested_scheme(self, request) -> str:
+        """The scheme the browser used: x-forwarded-proto (http or https) from the trusted proxy
+        only; otherwise https when the config says Totem is served over HTTPS (cookiesecure),
+        else http, which is all that Totem itself speaks."""
+        if self._from_proxy(request):
+            forwarded = (request.header("x-forwarded-proto") or "").split(",")[0].strip().lower()
+            if forwarded in DEFAULT_PORTS:
+                return forwarded
+        return "https" if self.cookiesecure else "http"
 
     def check_host(self, request) -> None:
         """Without a token, only loopback Host names are served (DNS rebinding).
@@ -116,26 +147,23 @@ class Perimeter:
                                      "use http://127.0.0.1 or http://localhost"))
 
     def same_origin(self, request) -> bool:
-        """True when there is no Origin (a program) or its host and port are the requested ones."""
-        origin = request.header("origin")
-        if origin is None:
+        """True when there is no Origin (a program), or when its scheme, host and port are the
+        ones the browser asked for (security text: FUNC.sameorigin). A default port equals an
+        absent one; `null`, a malformed Origin and more than one Origin are another origin."""
+        values = [value for name, value in request.headers if name == "origin"]
+        if not values:
             return True
-        try:
-            parts = urlsplit(origin)
-        except ValueError:  # "http://[::1" and other unbalanced brackets
+        if len(values) > 1:
             return False
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            return False  # "null", file:, chrome-extension:, garbage
-        try:
-            origin_port = parts.port or (443 if parts.scheme == "https" else 80)
-        except ValueError:
+        origin = parse_origin(values[0])
+        if origin is None:
             return False
         requested = split_host(self.requested_host(request) or "")
         if requested is None:
             return False
+        scheme = self.requested_scheme(request)
         host, port = requested
-        port = port or (443 if parts.scheme == "https" else 80)
-        return parts.hostname == host.strip("[]") and origin_port == port
+        return origin == (scheme, host, DEFAULT_PORTS[scheme] if port is None else port)
 
     def check_origin(self, request) -> None:
         """Refuse a change from a page of another origin. Raises Forbidden."""

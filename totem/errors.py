@@ -55,6 +55,10 @@ class PayloadTooLarge(ApiError):
     status = 413
 
 
+class UnsupportedMediaType(ApiError):
+    status = 415
+
+
 class TooManyRequests(ApiError):
     status = 429
 

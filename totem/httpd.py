@@ -1,10 +1,11 @@
 """HTTP/1.1 on asyncio streams: parsing with limits, keep-alive, responses and static files.
 
-Owns the wire: it reads request heads and bodies within size and time limits, writes responses
-with the security headers that every answer carries, and serves files from `static/` without a
-way out of that folder. It knows nothing of authentication, actions or the database: a handler
-given to `HttpServer` decides what each request gets. A handler may take over the connection
-(the WebSocket upgrade) by returning None.
+Owns the wire: it reads request heads and bodies within size and time limits, parses a JSON body
+(declared application/json, no key twice), writes responses with the security headers that every
+answer carries, and serves files from `static/` without a way out of that folder. It knows
+nothing of authentication, actions or the database: a handler given to `HttpServer` decides what
+each request gets. A handler may take over the connection (the WebSocket upgrade) by returning
+None.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from email.utils import formatdate
 from http import HTTPStatus
 from urllib.parse import parse_qsl, unquote
 
-from .errors import ApiError, BadRequest, error_body
+from .errors import ApiError, BadRequest, UnsupportedMediaType, error_body
 
 log = logging.getLogger("totem.httpd")
 
@@ -30,6 +31,10 @@ MAX_HEADERS = 100
 MAX_BODY_BYTES = 20 * 1024 * 1024
 MAX_QUERY_FIELDS = 100
 READ_CHUNK_BYTES = 64 * 1024
+# The only type of a request body (DESIGN.md: `+` actions take a JSON body). Requiring it also
+# means a cross-origin form (text/plain, form-urlencoded) never reaches an action's parser.
+JSON_MEDIA_TYPE = "application/json"
+MAX_ECHOED_CHARS = 80  # of a bad Content-Type or a duplicate key, quoted back in the error
 
 # Sent with every answer, errors and static files included (security text, "The server").
 # Our pages use no inline script or style, so the policy can forbid them: a model's Markdown
@@ -106,12 +111,20 @@ class Request:
         return self._body
 
     async def json(self):
-        """The body parsed as JSON. Raises BadRequest for anything else."""
+        """The body parsed as JSON.
+
+        Raises UnsupportedMediaType (415, before the body is read) unless the request has one
+        Content-Type of application/json (parameters such as charset allowed, any case), and
+        BadRequest for an empty or malformed body or an object with a key given twice.
+        """
+        check_json_type(self.headers)
         body = await self.read_body()
         if not body:
             raise BadRequest(("body", "a JSON object is required"))
         try:
-            return json.loads(body)
+            return json.loads(body, object_pairs_hook=_unique_keys)
+        except DuplicateKeyError as exc:
+            raise BadRequest(("body", f"duplicate key {_quoted(exc.key)}")) from None
         except (ValueError, RecursionError) as exc:
             # ValueError covers JSONDecodeError, UnicodeDecodeError and a number of more than
             # sys.get_int_max_str_digits() digits, which json.loads refuses with a plain ValueError.
@@ -133,6 +146,49 @@ class Request:
     @property
     def body_consumed(self) -> bool:
         return self.content_length == 0 or self._body is not None
+
+
+class DuplicateKeyError(ValueError):
+    """A JSON object names the same key twice (RFC 8259 section 4: its meaning is unpredictable)."""
+
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    # Called for every object at every depth. Python keeps the last value of a repeated key while
+    # other parsers keep the first, so a body could mean one thing to a check and another to a use.
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKeyError(key)
+            seen.add(key)
+    return obj
+
+
+def _quoted(text: str) -> str:
+    text = json.dumps(text)  # ASCII, with control characters and lone surrogates escaped
+    return text if len(text) <= MAX_ECHOED_CHARS else text[:MAX_ECHOED_CHARS] + "..."
+
+
+def check_json_type(headers: list[tuple[str, str]]) -> None:
+    """Raise UnsupportedMediaType unless there is exactly one Content-Type, application/json.
+
+    The media type is compared without case and its parameters are ignored (RFC 9110 section
+    8.3.1), so `application/json; charset=utf-8` passes and `application/jsonx` does not.
+    """
+    values = [value for name, value in headers if name == "content-type"]
+    if not values:
+        raise UnsupportedMediaType(("content-type", f"send the body as Content-Type: {JSON_MEDIA_TYPE}"))
+    if len(values) > 1:
+        raise UnsupportedMediaType(("content-type", "more than one Content-Type header"))
+    media_type = values[0].split(";", 1)[0].strip().lower()
+    if media_type != JSON_MEDIA_TYPE:
+        raise UnsupportedMediaType(("content-type", f"{_quoted(media_type)} is not accepted; "
+                                                    f"send the body as {JSON_MEDIA_TYPE}"))
 
 
 @dataclass

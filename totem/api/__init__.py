@@ -46,7 +46,8 @@ class Context:
     query: dict
 
     async def body(self, allowed: tuple[str, ...]) -> Input:
-        """The JSON body as an Input. Raises BadRequest for malformed JSON or a non-object."""
+        """The JSON body as an Input. Raises UnsupportedMediaType (415) for a body that is not
+        application/json, BadRequest for malformed JSON, a key given twice or a non-object."""
         return Input(await self.request.json(), allowed)
 
     def params(self, allowed: tuple[str, ...] | None = None) -> Input:
