@@ -6,9 +6,12 @@ import os
 import random
 import re
 import shutil
+import subprocess
 import tempfile
 import time
 import urllib.parse
+
+import pytest
 
 from totem.config import parse_values
 from totem.vault import (MAX_ESCAPE_RUN_CHARS, MIN_SCRUB_CHARS, SECRET_FILE, Scrubber,
@@ -18,6 +21,15 @@ KEY = "sk-proj-Zq7/Tb+4xW=9kLm_2Rv~Nq"
 TOKEN = "tok3n-9f8e7d6c5b4a3210"
 SECRET = "a-configured-secret-of-some-length"
 ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[()][0-~]")
+# Widths of wrapped encodings (`base64 -w N`; PEM is 64, MIME 76) and of hex dumps (xxd: 60).
+WRAP_WIDTHS = (1, 2, 3, 7, 64, 76)
+HEX_WIDTHS = (1, 2, 3, 7, 60, 64, 76, 0)  # 0: one line, as `xxd -p -c 256` or `s.hex()`
+NEWLINES = ("\n", "\r\n")
+# The key after 0, 1, 2 bytes (the three base64 alignments, from the start of a line) and after
+# 40 to 42 (it starts in the middle of a line and goes on over line breaks).
+PLAIN_HEAD = b"# written by setup.sh on 2024-05-01\nOPENAI_API_KEY="
+HEADS = [PLAIN_HEAD[len(PLAIN_HEAD) - n:] for n in (0, 1, 2, 40, 41, 42)]
+PLAIN_TAIL = b"\nOPENAI_ORG=org-1234\n"
 # The adversarial inputs are 1 MB; the target is well under a second, the bound is generous.
 ADVERSARIAL_BYTES = 1 << 20
 ADVERSARIAL_SECONDS = 5.0
@@ -43,6 +55,32 @@ def timed(label: str, function, *args):
     print(f"{label}: {elapsed * 1000:.0f} ms")
     assert elapsed < ADVERSARIAL_SECONDS, f"{label} took {elapsed:.2f} s"
     return result
+
+
+def wrap(text: str, width: int, newline: str = "\n") -> str:
+    """`text` cut into lines of `width` characters, each ending with `newline`, as `base64 -w`."""
+    if width == 0:
+        return text + newline
+    return "".join(text[i:i + width] + newline for i in range(0, len(text), width))
+
+
+def run_tool(args: list[str], data: bytes) -> str:
+    """The standard output of a real program fed `data`."""
+    done = subprocess.run(args, input=data, capture_output=True, check=True, timeout=30)
+    return done.stdout.decode()
+
+
+def unbroken(text: str) -> str:
+    return text.replace("\r", "").replace("\n", "")
+
+
+def assert_replaced_once(out: str, blob: str, left_most: int, right_most: int, marker: str) -> None:
+    """One marker in `out`; what is left of `blob` around it is at most the given numbers of
+    encoded characters, line breaks not counted."""
+    assert out.count(marker) == 1, out
+    left, right = out.split(marker)
+    assert blob.startswith(left) and blob.endswith(right)
+    assert len(unbroken(left)) <= left_most and len(unbroken(right)) <= right_most, (left, right)
 
 
 # Whole texts
@@ -183,6 +221,121 @@ def test_scrub_basic_auth_header():
     assert "[secret:openai]" in out
 
 
+# Wrapped base64 and hex dumps
+
+def base64_left(head: bytes) -> int:
+    """How many characters of a base64 text may be left before the key: those of `head`."""
+    return (8 * len(head) + 5) // 6
+
+
+BASE64_RIGHT = (8 * len(PLAIN_TAIL) + 5) // 6 + 3  # the tail's characters and padding
+
+
+def test_scrub_base64_wrapped_any_width():
+    """A key in base64 wrapped at any width, LF or CRLF, standard or URL-safe, at each alignment
+    and starting inside a line, is replaced with the line breaks inside it."""
+    scrub = scrubber()
+    for encode in (base64.b64encode, base64.urlsafe_b64encode):
+        for head in HEADS:
+            encoded = encode(head + KEY.encode() + PLAIN_TAIL).decode()
+            for width in WRAP_WIDTHS:
+                for newline in NEWLINES:
+                    blob = wrap(encoded, width, newline)
+                    assert_replaced_once(scrub.scrub(blob), blob, base64_left(head), BASE64_RIGHT,
+                                         "[secret:openai]")
+
+
+def test_scrub_base64_wrapped_whole_key():
+    """A key alone in wrapped base64 (LF, CRLF or CR) or in a coloured hex dump becomes one
+    marker; the final line break stays."""
+    scrub = scrubber()
+    for value, label in ((KEY, "openai"), (TOKEN, "token"), (SECRET, "secret")):
+        encoded = base64.b64encode(value.encode()).decode()
+        for width in WRAP_WIDTHS:
+            for newline in NEWLINES + ("\r",):
+                assert scrub.scrub(wrap(encoded, width, newline)) == f"[secret:{label}]{newline}"
+        coloured_dump = coloured(wrap(value.encode().hex(), 7, "\r\n"))
+        assert visible(scrub.scrub(coloured_dump)) == f"[secret:{label}]\r\n"
+
+
+@pytest.mark.skipif(shutil.which("base64") is None, reason="no base64 program")
+def test_scrub_base64_program_output():
+    """The output of the real `base64 -w N`, with LF or CRLF (a terminal), has the key replaced."""
+    scrub = scrubber()
+    for head in HEADS[:3] + HEADS[-1:]:
+        data = head + KEY.encode() + PLAIN_TAIL
+        for width in WRAP_WIDTHS:
+            output = run_tool(["base64", "-w", str(width)], data)
+            assert output == wrap(base64.b64encode(data).decode(), width)
+            for newline in NEWLINES:
+                blob = output.replace("\n", newline)
+                assert_replaced_once(scrub.scrub(blob), blob, base64_left(head), BASE64_RIGHT,
+                                     "[secret:openai]")
+
+
+def test_scrub_hex_any_case_and_width():
+    """A key as hex digits, lower or upper case, on one line or wrapped at any width (a line break
+    between the two digits of a byte too), LF or CRLF, is replaced: exactly its digits."""
+    scrub = scrubber()
+    for head in HEADS:
+        digits = (head + KEY.encode() + PLAIN_TAIL).hex()
+        for case in (str.lower, str.upper):
+            for width in HEX_WIDTHS:
+                for newline in NEWLINES:
+                    blob = wrap(case(digits), width, newline)
+                    assert_replaced_once(scrub.scrub(blob), blob, 2 * len(head),
+                                         2 * len(PLAIN_TAIL), "[secret:openai]")
+    assert scrub.scrub(f"{SECRET.encode().hex()}\n") == "[secret:secret]\n"
+
+
+@pytest.mark.skipif(shutil.which("xxd") is None, reason="xxd is not installed (Debian package xxd)")
+def test_scrub_xxd_plain_dump():
+    """The output of the real `xxd -p` (60 digits a line), `-u` and `-c N`, LF or CRLF, has the key
+    replaced."""
+    scrub = scrubber()
+    for head in HEADS:
+        data = head + KEY.encode() + PLAIN_TAIL
+        for case in ([], ["-u"]):
+            for columns in (None, 1, 2, 3, 7, 32, 38, 256):
+                options = ["-c", str(columns)] if columns else []
+                output = run_tool(["xxd", "-p", *case, *options], data)
+                digits = data.hex().upper() if case else data.hex()
+                assert output == wrap(digits, 2 * (columns or 30))
+                for newline in NEWLINES:
+                    blob = output.replace("\n", newline)
+                    assert_replaced_once(scrub.scrub(blob), blob, 2 * len(head),
+                                         2 * len(PLAIN_TAIL), "[secret:openai]")
+
+
+def test_scrub_wrapped_other_data_untouched():
+    """base64 and hex of other data, and of a key with a byte changed, missing or in another case,
+    wrapped or not, are left alone."""
+    scrub = scrubber()
+    rng = random.Random(3)
+    others = [rng.randbytes(3000), b"just some text that is not a secret at all\n" * 20,
+              KEY[:-1].encode(), KEY[1:].encode(), (KEY[:10] + "X" + KEY[11:]).encode(),
+              KEY.upper().encode(), TOKEN[:-1].encode(), SECRET[1:].encode()]
+    for data in others:
+        encodings = (base64.b64encode(data).decode(), base64.urlsafe_b64encode(data).decode(),
+                     data.hex(), data.hex().upper())
+        for encoded in encodings:
+            for width in (0,) + WRAP_WIDTHS:
+                for newline in NEWLINES:
+                    blob = wrap(encoded, width, newline)
+                    assert scrub.scrub(blob) == blob
+                    chunks = [blob[i:i + 5] for i in range(0, len(blob), 5)]
+                    assert stream_all(scrub, chunks) == blob
+
+
+def test_scrub_wrapped_encoding_needs_whole_key():
+    """A wrapped encoding is replaced only when it holds the whole key: its start is left."""
+    scrub = scrubber()
+    for encoded in (base64.b64encode(KEY.encode()).decode(), KEY.encode().hex()):
+        part = wrap(encoded[:-2], 1, "\r\n")
+        assert scrub.scrub(part) == part
+        assert scrub.scrub(part + encoded[-2:]) == "[secret:openai]"
+
+
 # Terminal escape sequences
 
 def coloured(text: str) -> str:
@@ -292,8 +445,17 @@ def test_stream_delay_bound():
 def test_stream_no_delay_for_unrelated_text():
     """Text that cannot start a secret is returned at once."""
     stream = scrubber().stream()
-    assert stream.feed("$ ls\r\nREADME.md\r\n") == "$ ls\r\nREADME.md\r\n"
+    assert stream.feed("$ ls\r\nREADME.md docs:\r\n") == "$ ls\r\nREADME.md docs:\r\n"
     assert stream.feed("\x1b[32m$ \x1b[0m") == "\x1b[32m$ \x1b[0m"
+
+
+def test_stream_line_end_held_until_next_chunk():
+    """A line that ends with a character that may begin a wrapped encoding (`base64 -w 1`) keeps
+    it and its line break until the next chunk shows what follows."""
+    assert base64.b64encode(TOKEN.encode()).startswith(b"d")
+    stream = scrubber().stream()
+    assert stream.feed("$ ls\r\nREADME.md\r\n") == "$ ls\r\nREADME.m"
+    assert stream.feed("$ ") == "d\r\n$ "
 
 
 def test_stream_flush_returns_held_text():
@@ -312,6 +474,72 @@ def test_stream_cut_escape_without_key():
     stream = scrubber().stream()
     assert stream.feed("ok \x1b[3") == "ok "
     assert stream.feed("1m: ") == "\x1b[31m: "
+
+
+def wrapped_transcript() -> tuple[str, int]:
+    """A terminal session printing the keys in wrapped base64 and hex, and how many there are."""
+    steps = [
+        ("base64 -w 1 key", wrap(base64.b64encode(KEY.encode()).decode(), 1)),
+        ("base64 -w 76 env", wrap(base64.b64encode(HEADS[-1] + KEY.encode()).decode(), 76)),
+        ("base64 -w 3 token", wrap(base64.urlsafe_b64encode(b"t=" + TOKEN.encode()).decode(), 3)),
+        ("xxd -p -u -c 1 secret", wrap(SECRET.encode().hex().upper(), 2)),
+        ("xxd -p -c 7 env", wrap((HEADS[1] + KEY.encode() + PLAIN_TAIL).hex(), 7)),
+        ("python -c 'print(s.hex())'", wrap(TOKEN.encode().hex(), 0)),
+    ]
+    text = "".join(f"$ {command}\n{output}" for command, output in steps) + "$ "
+    return text.replace("\n", "\r\n"), len(steps)
+
+
+def test_stream_wrapped_split_at_every_point():
+    """A wrapped key split in two anywhere (inside a CRLF, between the two digits of a byte) is
+    found, with the text around it."""
+    scrub = scrubber()
+    for blob in (wrap(base64.b64encode(KEY.encode()).decode(), 1, "\r\n"),
+                 wrap(KEY.encode().hex().upper(), 3, "\r\n"),
+                 wrap(base64.b64encode(KEY.encode()).decode(), 7, "\n")):
+        text = "$ dump key\r\n" + blob + "$ "
+        newline = "\r\n" if blob.endswith("\r\n") else "\n"
+        whole = f"$ dump key\r\n[secret:openai]{newline}$ "
+        assert scrub.scrub(text) == whole
+        for split in range(len(text) + 1):
+            assert stream_all(scrub, [text[:split], text[split:]]) == whole
+
+
+def test_stream_wrapped_random_chunks():
+    """Wrapped base64 and hex dumps fed in random chunks give the whole text's result: one marker
+    for each key."""
+    scrub = scrubber()
+    text, count = wrapped_transcript()
+    whole = scrub.scrub(text)
+    assert len(re.findall(r"\[secret:(?:openai|token|secret)\]", whole)) == count
+    rng = random.Random(11)
+    for _ in range(300):
+        cuts, at = [], 0
+        while at < len(text):
+            at += rng.randint(1, 40)
+            cuts.append(at)
+        chunks = [text[a:b] for a, b in zip([0] + cuts, cuts)]
+        assert stream_all(scrub, chunks) == whole
+    assert stream_all(scrub, text) == whole
+
+
+def test_stream_wrapped_delay_bound():
+    """What a stream holds of a wrapped encoding never exceeds `longest - 1`, and `longest` is the
+    span of the longest encoding with a CRLF between each two of its characters."""
+    value = "0123456789abcdefghijklmnopqrstuvwxyzABCD"
+    scrub = Scrubber({"k": value})
+    assert scrub.longest == 3 * len(value.encode().hex()) - 2
+    for blob in (wrap(value.encode().hex(), 1, "\r\n"),
+                 wrap(base64.b64encode(value.encode()).decode(), 1, "\r\n")):
+        stream = scrub.stream()
+        fed = emitted = held = 0
+        for char in blob[:-3]:  # all but the last character and its line break
+            fed += 1
+            emitted += len(stream.feed(char))
+            held = max(held, fed - emitted)
+            assert fed - emitted <= scrub.longest - 1
+        assert held == len(blob) - 3  # the key may still come: none of it is let out
+        assert stream.feed(blob[-3:]) == "[secret:k]\r\n"
 
 
 # Configuration
@@ -389,3 +617,27 @@ def test_scrub_adversarial_many_matches_fast():
     text = unit * (ADVERSARIAL_BYTES // len(unit))
     out = timed("many coloured keys", scrub.scrub, text)
     assert visible(out) == "[secret:openai] " * (ADVERSARIAL_BYTES // len(unit))
+
+
+def test_scrub_adversarial_wrapped_noise_one_pass():
+    """1 MB of base64 and hex noise, wrapped or not, and of a wrapped key's prefix repeated, is
+    scanned whole or streamed without backtracking (which would not end in minutes)."""
+    scrub = scrubber()
+    noise = random.Random(13).randbytes(ADVERSARIAL_BYTES // 2)
+    key_base64 = base64.b64encode(KEY.encode()).decode()
+    cases = {
+        "base64 noise": base64.b64encode(noise).decode(),
+        "base64 -w 76 noise": wrap(base64.b64encode(noise).decode(), 76),
+        "base64 -w 1 noise": wrap(base64.b64encode(noise).decode(), 1, "\r\n"),
+        "hex noise": noise.hex(),
+        "xxd -p noise": wrap(noise.hex().upper(), 60),
+        "hex -w 1 noise": wrap(noise.hex(), 1, "\r\n"),
+        "base64 -w 1 prefix": wrap(key_base64[:-1], 1, "\r\n"),
+        "hex -w 1 prefix": wrap(KEY.encode().hex()[:-1], 1, "\r\n"),
+        "hex -w 3 prefix": wrap(KEY.encode().hex()[:-1], 3),
+    }
+    for label, unit in cases.items():
+        text = (unit * (ADVERSARIAL_BYTES // len(unit) + 1))[:ADVERSARIAL_BYTES]
+        assert scrub.scrub(text) == text, label
+        chunks = [text[i:i + 4096] for i in range(0, len(text), 4096)]
+        assert stream_all(scrub, chunks) == text, label

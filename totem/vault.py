@@ -191,10 +191,13 @@ def _create_secret(path: str) -> None:
 
 # Scrubbing of output -----------------------------------------------------------------------------
 #
-# Every form a secret may take in output (the value, its JSON, URL and base64 encodings) is a
-# literal; all the literals of a scrubber become one regex, factored as a trie so that a position is
-# examined along one path only and the longest form wins (greedy optional tails). The scan is
-# therefore O(len(text) * longest form) at worst, in C, with no backtracking between alternatives.
+# Every form a secret may take in output (the value, its JSON, URL, base64 and hex encodings) is a
+# literal; the literals of a scrubber become a regex, factored as a trie so that a position is
+# examined along one path only and the longest form wins (greedy optional tails). The base64 and hex
+# forms make a second trie that also accepts one line break between two characters (a dump wrapped
+# at any width); line breaks are in no form's alphabet, so an optional break never opens a second
+# path: giving a matched break back fails at once. The scan is therefore O(len(text) * longest
+# form) at worst, in C, with no backtracking between alternatives.
 # Terminal escape sequences are not part of any form: they are cut out first and matching runs on
 # the visible text, which is what a person would read on the screen.
 
@@ -208,6 +211,18 @@ MAX_ESCAPE_CHARS = 2 + MAX_ESCAPE_PARAMS + MAX_ESCAPE_INTERMEDIATES
 # A longer run of escape sequences between two characters ends a match. It bounds what a stream
 # holds back while a secret may be in progress (a terminal colouring each character emits ~10).
 MAX_ESCAPE_RUN_CHARS = 256
+# Base64 and hex may be wrapped: `base64 -w N` (76 by default, RFC 2045 § 6.8), PEM (64, RFC 7468
+# § 2), `xxd -p` (60 digits), at any width, by LF, CRLF (a terminal) or CR. One line break at most
+# stands between two characters of such a form: a blank line ends it. A form of n characters then
+# spans at most n + (n - 1) * MAX_BREAK_CHARS, and that bounds what a stream holds back.
+MAX_BREAK_CHARS = 2
+# `\r?\n?` rather than `(?:\r\n|\r|\n)?`: the same strings, but two single-character repeats,
+# which sre runs about twice as fast as a repeated group.
+_LINE_BREAK = r"\r?\n?"
+_NO_BREAKS = str.maketrans("", "", "\r\n")
+# The start of a wrapped form as far as it has come: characters with at most one line break
+# between two of them, and maybe one at the end (whole, or cut after its CR) before the next.
+_WRAPPED_START = re.compile(r"[^\r\n](?:\r?\n?[^\r\n])*\r?\n?\Z")
 # RFC 3986 § 2.3: the characters that percent-encoding leaves as they are.
 URL_UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 
@@ -227,11 +242,17 @@ class Scrubber:
     `Scrubber({"openai": key, "token": token})`: values shorter than MIN_SCRUB_CHARS are ignored,
     labels are reduced to [a-z0-9-]. Each value is also found as its JSON string form, its
     percent-encoding (upper or lower hex), its base64 (standard or URL-safe, padded or not, and at
-    any alignment inside a larger base64 text) and with terminal escape sequences between its
-    characters. Use `scrub(text)` for a whole text and `stream()` for output read in chunks.
+    any alignment inside a larger base64 text), its hex (lower or upper case), and with terminal
+    escape sequences between its characters. The base64 and hex forms are also found wrapped at any
+    width (one LF, CRLF or CR between any two of their characters), and the marker then replaces
+    the line breaks inside them. An encoding is found when it holds the whole value: the characters
+    that carry bits of the value alone (base64 at the edges also carries bits of the neighbouring
+    bytes, which stay); a part of the value, encoded, is left as it is.
+    Use `scrub(text)` for a whole text and `stream()` for output read in chunks.
     """
 
-    __slots__ = ("_regex", "_labels", "_forms", "_firsts", "longest")
+    __slots__ = ("_regex", "_flat", "_labels", "_forms", "_wrapped", "_firsts", "_flat_chars",
+                 "_wrapped_chars", "longest")
 
     def __init__(self, secrets: Mapping[str, str]):
         values = [(_label(name, "key"), value.strip()) for name, value in secrets.items()
@@ -242,15 +263,27 @@ class Scrubber:
         # own label. Among equal values, the first label wins.
         for label, value in values:
             labels.setdefault(value, label)
+        flat, wrapped = set(labels), set()
         for label, value in values:
-            for form in _forms_of(value):
-                labels.setdefault(form, label)
+            for forms, found in ((flat, _forms_of(value)), (wrapped, _wrapped_forms_of(value))):
+                forms.update(found)
+                for form in found:
+                    labels.setdefault(form, label)
         self._labels = labels
-        self._forms = sorted(labels)
-        self._firsts = frozenset(form[0] for form in self._forms)
-        # The length of the longest form; a stream holds back at most this minus one characters.
-        self.longest = max(map(len, self._forms), default=0)
-        self._regex = re.compile(_trie_pattern(self._forms)) if self._forms else None
+        self._forms = sorted(flat)
+        self._wrapped = sorted(wrapped)
+        self._firsts = frozenset(form[0] for form in labels)
+        self._flat_chars = max(map(len, flat), default=0)
+        self._wrapped_chars = max(map(len, wrapped), default=0)
+        # The most characters a match can span (the longest wrapped form with a CRLF between each
+        # two of its characters, for a value of n bytes 3 * 2n - 2): a stream holds back at most
+        # this minus one.
+        wrapped_span = self._wrapped_chars + max(self._wrapped_chars - 1, 0) * MAX_BREAK_CHARS
+        self.longest = max(self._flat_chars, wrapped_span)
+        self._regex = self._flat = None
+        if labels:  # a value gives flat forms (itself) and wrapped ones (its hex) alike
+            self._regex = re.compile(_scan_pattern(self._forms, self._wrapped))
+            self._flat = re.compile(_trie_pattern(self._forms))
 
     @classmethod
     def empty(cls) -> Scrubber:
@@ -279,20 +312,19 @@ class Scrubber:
         hold = size if final else self._hold_start(visible, 0)
         out = []
         done = 0
-        for match in self._regex.finditer(visible):
-            start, end = match.span()
+        for start, end, label in self._matches(visible):
             if start >= hold:
                 break
             # A match that starts before `hold` cannot grow: visible[start:] is not the start of
             # a longer form (or `hold` would be at or before `start`).
             if escapes:
                 out.append(raw[escapes.after(done):escapes.at(start)])
-                out.append(MARKER.format(self._labels[match.group()]))
+                out.append(MARKER.format(label))
                 # Keep the escapes inside the match, so colours end as the program set them.
                 out.append(escapes.between(start, end))
             else:
                 out.append(raw[done:start])
-                out.append(MARKER.format(self._labels[match.group()]))
+                out.append(MARKER.format(label))
             done = end
             if end > hold:
                 hold = self._hold_start(visible, end)
@@ -300,25 +332,52 @@ class Scrubber:
         out.append(raw[escapes.after(done) if escapes else done:cut])
         return "".join(out), raw[cut:]
 
+    def _matches(self, visible: str):
+        """(start, end, label) of each secret in `visible`, left to right and not overlapping:
+        at the leftmost place where a form starts, the longest form found there."""
+        search, flat = self._regex.search, self._flat.match
+        labels = self._labels
+        at = 0
+        while (match := search(visible, at)) is not None:
+            start, end = match.span()
+            form = match.group()
+            if match.lastindex is not None:  # the empty group of a wrapped form
+                form = form.translate(_NO_BREAKS)
+                # The flat forms were not tried here: one of them may be longer.
+                other = flat(visible, start)
+                if other is not None and other.end() > end:
+                    end, form = other.end(), other.group()
+            yield start, end, labels[form]
+            at = end
+
     def _hold_start(self, visible: str, floor: int) -> int:
-        """The first index from `floor` at which the rest of `visible` is a proper prefix of a
-        form, or len(visible)."""
+        """The first index from `floor` at which the rest of `visible` may grow into a match (a
+        proper prefix of a flat form, or of a wrapped form with its line breaks), or
+        len(visible)."""
         size = len(visible)
-        forms = self._forms
-        for index in range(max(floor, size - self.longest + 1), size):
-            if visible[index] not in self._firsts:
-                continue
-            tail = visible[index:]
-            # The forms that start with `tail` follow it in sorted order.
-            found = bisect.bisect_left(forms, tail)
-            if found < len(forms) and forms[found] == tail:
-                found += 1
-            if found < len(forms) and forms[found].startswith(tail):
-                return index
+        low = max(floor, size - self.longest + 1)
+        window = visible[low:]
+        broken = "\n" in window or "\r" in window
+        joined = window.translate(_NO_BREAKS) if broken else window
+        joined_at = 0  # the index in `joined` of visible[index]
+        for index in range(low, size):
+            char = visible[index]
+            if char == "\n" or char == "\r":
+                continue  # no form starts with a line break
+            if char in self._firsts:
+                # A tail as long as the longest form cannot be a proper prefix of it.
+                if size - index < self._flat_chars and _begins_longer(self._forms, visible[index:]):
+                    return index
+                if (len(joined) - joined_at < self._wrapped_chars
+                        and _begins_longer(self._wrapped, joined[joined_at:])
+                        and (not broken or _WRAPPED_START.match(visible, index))):
+                    return index
+            joined_at += 1
         return size
 
     def __repr__(self) -> str:
-        return f"<Scrubber {len(set(self._labels.values()))} labels, {len(self._forms)} forms>"
+        forms = len(self._forms) + len(self._wrapped)
+        return f"<Scrubber {len(set(self._labels.values()))} labels, {forms} forms>"
 
 
 class ScrubStream:
@@ -326,8 +385,9 @@ class ScrubStream:
     `flush()` the rest at the end.
 
     A secret split across any number of chunks is found. What is held back is the end of the
-    output that could still become a secret: at most `Scrubber.longest - 1` visible characters,
-    plus the escape sequences among them and an escape sequence cut by the end of the chunk.
+    output that could still become a secret: at most `Scrubber.longest - 1` visible characters
+    (line breaks inside a wrapped encoding included), plus the escape sequences among them and an
+    escape sequence cut by the end of the chunk.
     Text that cannot start a secret is returned at once. Not thread-safe: one stream per output.
     """
 
@@ -435,8 +495,17 @@ def _label(name: str, default: str) -> str:
     return _NOT_LABEL.sub("-", str(name).lower()).strip("-") or default
 
 
+def _begins_longer(forms: list[str], tail: str) -> bool:
+    """Whether one of `forms` (sorted) starts with `tail` and is longer."""
+    # The forms that start with `tail` follow it in sorted order.
+    found = bisect.bisect_left(forms, tail)
+    if found < len(forms) and forms[found] == tail:
+        found += 1
+    return found < len(forms) and forms[found].startswith(tail)
+
+
 def _forms_of(value: str) -> set[str]:
-    """The ways `value` may be written in output, besides itself."""
+    """The ways `value` may be written in output on one line, besides itself: JSON and URL."""
     forms = set()
     for ascii_only in (True, False):
         escaped = json.dumps(value, ensure_ascii=ascii_only)[1:-1]
@@ -448,6 +517,15 @@ def _forms_of(value: str) -> set[str]:
     upper = "".join(chr(byte) if byte in URL_UNRESERVED else f"%{byte:02X}" for byte in data)
     lower = "".join(chr(byte) if byte in URL_UNRESERVED else f"%{byte:02x}" for byte in data)
     forms.update((upper, lower, upper.replace("%20", "+"), lower.replace("%20", "+")))
+    forms.discard(value)
+    forms.discard("")
+    return forms
+
+
+def _wrapped_forms_of(value: str) -> set[str]:
+    """The encodings of `value` that dumps wrap into lines: base64 and hex."""
+    forms = set()
+    data = value.encode("utf-8")
     # Base64 (RFC 4648 § 4 and § 5). Inside a larger encoded text the value starts at byte 0, 1 or
     # 2 of a 3-byte group; character j of the encoding carries bits [6j, 6j + 6), so the characters
     # made of the value's bits alone are the same whatever surrounds it.
@@ -457,7 +535,9 @@ def _forms_of(value: str) -> set[str]:
         whole = (encoded, encoded.rstrip("=")) if shift == 0 else ()
         for form in (inner, *whole):
             forms.update((form, form.translate(_URLSAFE)))
-    forms.discard(value)
+    # Hex (`xxd -p`, `bytes.hex()`): byte-aligned, so the value's digits are the same whatever
+    # surrounds it. Either case (`xxd -p -u`), not mixed.
+    forms.update((data.hex(), data.hex().upper()))
     forms.discard("")
     return forms
 
@@ -465,23 +545,57 @@ def _forms_of(value: str) -> set[str]:
 _URLSAFE = str.maketrans("+/", "-_")
 
 
-def _trie_pattern(words: list[str]) -> str:
-    """A regex matching any of `words` (sorted, distinct, non-empty), the longest at a position.
+def _scan_pattern(flat: list[str], wrapped: list[str]) -> str:
+    """The regex of a scrubber: `flat` forms as they are and `wrapped` forms with a line break
+    allowed between two characters (both sorted, distinct, non-empty).
+
+    It branches on the first character at the top, where sre then skips in C the positions at
+    which no form starts (its charset prefix, lost when a branch opens with a group). Under a first
+    character the wrapped forms come first, marked by an empty group: `match.lastindex` is set
+    when a wrapped form matched, and the flat forms at that place must then be tried apart.
+    """
+    branches = []
+    for first in sorted({word[0] for word in flat} | {word[0] for word in wrapped}):
+        tails = []
+        for marker, between, words in (("()", _LINE_BREAK, wrapped), ("", "", flat)):
+            rests = [word[1:] for word in words if word[0] == first]
+            longer = [rest for rest in rests if rest]
+            if not rests:
+                continue
+            tail = between + _trie_pattern(longer, between) if longer else ""
+            if longer and len(longer) < len(rests):  # the first character alone is a form too
+                tail = f"(?:{tail})?"
+            tails.append(marker + tail)
+        body = tails[0] if len(tails) == 1 else f"(?:{'|'.join(tails)})"
+        branches.append(re.escape(first) + body)
+    return "|".join(branches)
+
+
+def _trie_pattern(words: list[str], between: str = "") -> str:
+    """A regex matching any of `words` (sorted, distinct, non-empty), the longest at a position,
+    with the regex `between` allowed between any two characters of a word.
 
     The words are factored by common prefixes: `ab(?:c(?:de)?|x)` for ab, abc, abcde, abx. The
     greedy `?` tries the longer words first; branches differ in their first character, so at most
-    one is followed. Nesting grows with the branch points of a word, not with its length.
+    one is followed. Nesting grows with the branch points of a word, not with its length. `between`
+    must match no character of a word, or the branches would no longer exclude each other; it goes
+    inside an optional tail, so that a match never ends with it.
     """
     prefix = os.path.commonprefix([words[0], words[-1]])
     rest = [word[len(prefix):] for word in words]
     optional = rest[0] == ""
     if optional:
         rest = rest[1:]
+    head = between.join(map(re.escape, prefix))
     if not rest:
-        return re.escape(prefix)
+        return head
     groups = itertools.groupby(rest, key=lambda word: word[0])
-    branches = [_trie_pattern(list(group)) for _, group in groups]
+    branches = [_trie_pattern(list(group), between) for _, group in groups]
     body = "|".join(branches)
-    if len(branches) > 1 or optional:
+    if len(branches) > 1:
         body = f"(?:{body})"
-    return re.escape(prefix) + body + ("?" if optional else "")
+    if prefix:  # `between` may stand between the prefix and the branches
+        body = between + body
+    if optional:
+        body = f"(?:{body})?"
+    return head + body
