@@ -1,20 +1,34 @@
-"""The project boundary: resolving a path inside a root, and the protected `.env` files.
+"""The project boundary: resolving a path inside a root, and the protected secret (`.env`) files.
 
 Every file path that a tool, an action or a command's working directory uses goes through
 `resolve_inside()`: it is joined to the root, normalized, its symbolic links resolved (also for
 a file that does not exist yet: its nearest existing parent is resolved), and refused unless
 the result stays inside the root. This is the only place that decides it. It reads the file
 system only to resolve links (and, for a write target, to refuse a folder or a looping link); it
-never opens, writes or lists anything.
+never opens, writes or lists anything. `is_protected_env()` is the one definition of a protected
+secret file, for the permission engine, the search tools, the file tree and command arguments; it
+looks at the text of the path only.
 """
 
 from __future__ import annotations
 
 import os
-import posixpath
 
 MAX_PATH_CHARS = 4096
-ENV_ALLOWED_SUFFIXES = (".example", ".sample", ".template")
+
+# The protected secret files (`is_protected_env`), every name compared in lower case. A file name
+# is protected when, with at most one editor prefix and one editor suffix taken off, it is one of
+# ENV_NAMES, starts with ENV_PREFIX or ends with ENV_SUFFIX; only the exact ENV_EXAMPLES are not.
+ENV_NAMES = (".env", ".envrc")  # .envrc: direnv's file of `export KEY=value` lines
+ENV_PREFIX = ".env."  # .env.local, .env.production, .env.production.example, .env.example.bak
+ENV_SUFFIX = ".env"  # prod.env, .prod.env, docker's --env-file web.env (not x.environment)
+ENV_EXAMPLES = frozenset({".env.example", ".env.sample", ".env.template"})
+# Editor backups, swap, lock and auto-save files hold the same lines as the file: `.#.env`
+# (Emacs lock), `#.env#` (Emacs auto-save), `.env~`, `prod.env.bak`, `.envrc.swp` (Vim).
+ENV_BACKUP_PREFIXES = (".#", "#")
+ENV_BACKUP_SUFFIXES = ("~", "#", ".bak", ".old", ".orig", ".save", ".swp", ".swo")
+# Every file below a folder of one of these names is protected, at any depth (`.env.d/api`).
+ENV_FOLDERS = frozenset({".env", ".env.d"})
 
 
 class BoundaryError(ValueError):
@@ -64,13 +78,39 @@ def relative_path(root: str, absolute: str) -> str:
 
 
 def is_protected_env(relative: str) -> bool:
-    """`.env` and `.env.*` (in any folder), except the example, sample and template files."""
-    name = posixpath.basename(relative.replace(os.sep, "/"))
-    if name == ".env":
+    """Whether a path names a protected secret file, which the read and write tools ask for and
+    the search tools skip.
+
+    Compared without case (`.ENV.Local`: a case-insensitive disk opens it as `.env.local`):
+
+    protected                                        not protected
+    `.env`, `.envrc`, in any folder                  `.env.example`, `.env.sample` and
+    `.env.*`: `.env.local`, `.env.prod.example`,     `.env.template`, exactly these names
+        `.env.example.bak`, `.env.swp`               `x.environment`, `env`, `.envoy`
+    `*.env`: `prod.env`, `.prod.env`                 a file below a folder `.env.local`
+    a backup of one of these: `.env~`, `#.env#`,
+        `.#.env`, `prod.env.bak`, `.envrc.swp`
+    any file below a folder `.env` or `.env.d`
+
+    `relative` is a project-relative path with `/` (links already resolved by the caller); a
+    path that ends in `/` names a folder, protected when the files below it are. Pure: no I/O.
+    """
+    parts = relative.replace(os.sep, "/").lower().split("/")
+    if any(part in ENV_FOLDERS for part in parts[:-1]):
         return True
-    if name.startswith(".env."):
-        return not name.endswith(ENV_ALLOWED_SUFFIXES)
-    return False
+    name = parts[-1]
+    if name in ENV_EXAMPLES:
+        return False
+    return any(core in ENV_NAMES or core.startswith(ENV_PREFIX) or core.endswith(ENV_SUFFIX)
+               for core in _unwrapped(name))
+
+
+def _unwrapped(name: str):
+    """The name, and the name with one backup prefix, one backup suffix or both taken off."""
+    heads = [name] + [name[len(prefix):] for prefix in ENV_BACKUP_PREFIXES if name.startswith(prefix)]
+    for head in heads:
+        yield head
+        yield from (head[:-len(suffix)] for suffix in ENV_BACKUP_SUFFIXES if head.endswith(suffix))
 
 
 def resolve_for_write(root: str, path: str) -> str:

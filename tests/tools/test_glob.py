@@ -13,7 +13,7 @@ import pytest
 from totem.tools import ToolContext, ToolError
 from totem.tools import glob as glob_module
 from totem.tools.glob import GlobTool, compile_glob
-from tests.tools.trees import project
+from tests.tools.trees import PLAIN_FILES, SECRET_FILES, project
 
 
 def touch(root: str, relative: str, mtime: float | None = None) -> str:
@@ -117,9 +117,34 @@ def test_glob_skips_git_and_protected_env(tmp_path):
     for name in (".git/config", ".git/hooks/pre-commit", "sub/.git", ".env", "app/.env.local",
                  ".env.example", "app/.env.prod.sample", "README"):
         touch(root, name, 100)
-    assert listed(root, pattern="**") == [".env.example", "README", "app/.env.prod.sample"]
+    assert listed(root, pattern="**") == [".env.example", "README"]
     result = glob(root, pattern="*", path=".git")
     assert result.output == ".git is not listed: the search tools skip .git."
+
+
+def test_glob_hides_every_secret_form(tmp_path):
+    """Every protected form (any case, *.env, .envrc, backups, files in .env.d or .env folders)
+    is hidden, whatever the pattern or the folder; the look-alikes are listed."""
+    root = project(tmp_path)
+    for name in SECRET_FILES + PLAIN_FILES:
+        touch(root, name, 100)
+    assert listed(root, pattern="**") == sorted(PLAIN_FILES)
+    assert listed(root, pattern="**/*env*") == sorted(
+        name for name in PLAIN_FILES if "env" in name.rsplit("/", 1)[-1])
+    for args in ({"pattern": "*", "path": ".env.d"}, {"pattern": "**/*", "path": "conf"},
+                 {"pattern": "venv/.env/**"}, {"pattern": "tools/.ENV/*/*"}, {"pattern": "*.env"},
+                 {"pattern": "**/.envrc"}, {"pattern": "#*"}):
+        assert glob(root, **args).data["count"] == 0, args
+    assert listed(root, pattern="**/.[eE][nN][vV]*") == [
+        ".env.example", ".env.sample", ".env.template", ".environment", ".envoy", "app/.ENV.Example"]
+
+
+def test_glob_lists_hard_linked_files(tmp_path):
+    """A file with more than one hard link is listed: names are not contents (read asks)."""
+    root = project(tmp_path)
+    touch(root, "a.txt", 100)
+    os.link(os.path.join(root, "a.txt"), os.path.join(root, "b.txt"))
+    assert listed(root, pattern="*.txt") == ["a.txt", "b.txt"]
 
 
 def test_glob_no_match_hint(tmp_path):

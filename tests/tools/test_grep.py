@@ -9,13 +9,15 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import subprocess
 
 import pytest
 
 from totem.tools import ToolContext, ToolError
 from totem.tools import grep as grep_module
-from totem.tools.grep import GrepTool, Query, rg_arguments
-from tests.tools.trees import project, write
+from totem import boundary
+from totem.tools.grep import GrepTool, Query, env_ignore_rules, rg_arguments
+from tests.tools.trees import PLAIN_FILES, SECRET_FILES, project, write
 
 RG = shutil.which("rg")
 ENGINES = [
@@ -56,7 +58,8 @@ def test_grep_output_sorted_with_count(engine, tmp_path):
                              "src/b.py:2: def todo():\n"
                              "src/b.py:3:     pass  # TODO")
     assert result.title == "TODO|todo in . (3 matches)"
-    assert result.data == {"matches": 3, "files": 2, "shown": 3, "truncated": False, "engine": engine}
+    assert result.data == {"matches": 3, "files": 2, "shown": 3, "truncated": False, "linked": 0,
+                           "engine": engine}
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -135,15 +138,15 @@ def test_grep_skips_git_env_binary_large(engine, tmp_path):
     write(root, ".env", "secret\n")
     write(root, "app/.env.local", "secret\n")
     write(root, ".env.example", "secret=\n")
-    write(root, "app/.env.prod.template", "secret=\n")
-    write(root, "tools/.env/lib/site.py", "secret = 1\n")  # a virtualenv named .env is a folder
+    write(root, "app/.env.prod.template", "secret=\n")  # only the exact examples are searched
+    write(root, "tools/.env/lib/site.py", "secret = 1\n")  # below a folder named .env
+    write(root, "tools/.venv/lib/site.py", "secret = 1\n")
     write(root, "logo.png", b"secret\x00\x01")
     write(root, "late.bin", b"secret\n" * 20_000 + b"\x00")
     write(root, "big.txt", b"secret\n" + b"x" * grep_module.MAX_FILE_BYTES)
     write(root, ".hidden.txt", "secret\n")
     assert body(engine, root, pattern="secret") == [
-        ".env.example:1: secret=", ".hidden.txt:1: secret",
-        "app/.env.prod.template:1: secret=", "tools/.env/lib/site.py:1: secret = 1"]
+        ".env.example:1: secret=", ".hidden.txt:1: secret", "tools/.venv/lib/site.py:1: secret = 1"]
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -155,10 +158,72 @@ def test_grep_explicit_secret_file_not_searched(engine, tmp_path):
     for path in ("config/.env.production", "settings"):
         result = grep(engine, root, pattern="API_KEY", path=path)
         assert result.output == ("config/.env.production was not searched: search skips secret "
-                                 "files (.env, .env.*). Use read on it to ask the user for "
-                                 "permission to see it.")
+                                 "files (.env, .env.*, *.env, .envrc, their backups, files in "
+                                 ".env.d). Use read on it to ask the user for permission to see it.")
         assert "abc" not in result.output
     assert body(engine, root, pattern="API_KEY", path="config") == []
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_grep_skips_every_secret_form(engine, tmp_path):
+    """Every protected form (any case, *.env, .envrc, editor backups, files below .env.d or .env
+    folders) is skipped, with and without ignore_case and include; the look-alikes are searched."""
+    root = project(tmp_path)
+    for name in SECRET_FILES:
+        write(root, name, "TOKEN=s3cr3t\n")
+    for name in PLAIN_FILES:
+        write(root, name, "TOKEN=plain\n")
+    expected = sorted(f"{name}:1: TOKEN=plain" for name in PLAIN_FILES)
+    assert body(engine, root, pattern="TOKEN") == expected
+    assert body(engine, root, pattern="token", ignore_case=True) == expected
+    assert body(engine, root, pattern="s3cr3t") == []
+    assert body(engine, root, pattern="s3cr3t", include="*env*") == []
+    assert body(engine, root, pattern="s3cr3t", include="*") == []
+    for folder in ("app", "conf", "deploy", "venv", "tools", "cfg"):
+        assert "s3cr3t" not in grep(engine, root, pattern="TOKEN", path=folder).output
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_grep_explicit_secret_forms_not_searched(engine, tmp_path):
+    """Each protected form as the explicit path, and a folder of protected files, is not searched."""
+    root = project(tmp_path)
+    for name in SECRET_FILES:
+        write(root, name, "TOKEN=s3cr3t\n")
+    for path in (*SECRET_FILES, ".env.d", "conf/.env.d", "conf/.env.d/sub", "venv/.env/lib",
+                 "tools/.ENV"):
+        result = grep(engine, root, pattern="TOKEN", path=path)
+        assert result.output.startswith(f"{path} was not searched: search skips secret files"), path
+        assert result.data == {"matches": 0, "skipped": True}
+
+
+@needs_rg
+def test_grep_rg_ignore_rules_agree_with_boundary(tmp_path):
+    """ripgrep, given the ignore rules written from boundary's table, skips exactly the files that
+    boundary.is_protected_env protects: every name with every backup prefix and suffix, in
+    three cases, and files below look-alike folders."""
+    root = project(tmp_path)
+    cores = [".env", ".envrc", ".env.local", ".env.example", ".env.sample", ".env.template",
+             ".env.", "prod.env", ".prod.env", "x.environment", "env", ".envoy", "a.txt", ".venv",
+             "my.env.txt", ".env.example.bak"]
+    affixes = [("", ""), *((p, "") for p in (*boundary.ENV_BACKUP_PREFIXES, "##")),
+               *(("", s) for s in (*boundary.ENV_BACKUP_SUFFIXES, "~~", ".txt")), ("#", "#"),
+               (".#", "~")]
+    names = {prefix + core + suffix for core in cores for prefix, suffix in affixes}
+    names |= {name.upper() for name in names} | {name.title() for name in names}
+    paths = {f"files/{name}" for name in names}
+    for folder in (".env", ".ENV", ".env.d", ".Env.D", ".env.local", "prod.env", ".envrc",
+                   ".env.example", ".env.dd", "x"):
+        paths |= {f"dirs/{folder}/a.txt", f"dirs/{folder}/sub/b.txt"}
+    for path in paths:
+        write(root, path, "x\n")
+    ignore = tmp_path / "rules"
+    ignore.write_text(env_ignore_rules())
+    listed = subprocess.run([RG, "--files", "--no-config", "--no-ignore", "--hidden", "--ignore-file",
+                             str(ignore), root], capture_output=True, text=True, check=True).stdout
+    searched = {os.path.relpath(path, root) for path in listed.splitlines()}
+    assert {path for path in paths if path not in searched} == \
+        {path for path in paths if boundary.is_protected_env(path)}
+    assert len(searched) > len(paths) / 4
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -190,6 +255,73 @@ def test_grep_symlinks_not_followed(engine, tmp_path):
     os.symlink(outside / "secret.txt", os.path.join(root, "leak.txt"))
     os.symlink(os.path.join(root, "real.txt"), os.path.join(root, "alias.txt"))
     assert body(engine, root, pattern="needle") == ["real.txt:1: needle inside"]
+
+
+def linked_tree(tmp_path) -> str:
+    """A project with a hard link to a secret outside it, two names of one file inside it, a link
+    to a linked file, and plain files."""
+    root = project(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("needle OUTSIDE-SECRET\n")
+    os.link(outside / "secret.txt", os.path.join(root, "notes.txt"))
+    write(root, "src/a.txt", "needle plain\n")
+    write(root, "src/b.txt", "needle twice\n")
+    os.link(os.path.join(root, "src", "b.txt"), os.path.join(root, "src", "c.txt"))
+    os.symlink(os.path.join(root, "notes.txt"), os.path.join(root, "alias.txt"))
+    os.makedirs(os.path.join(root, "empty", "sub"))  # a folder has several links: not a file
+    return root
+
+
+LINKED_NOTE = ("(3 files with more than one hard link were not searched, since another name of "
+               "such a file may be outside the project or a secret file: notes.txt, src/b.txt, "
+               "src/c.txt. Use read on one to ask the user for permission to see it.)")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_grep_skips_hard_linked_files(engine, tmp_path):
+    """A regular file with more than one hard link is never searched; the answer names the
+    skipped files whatever the pattern (their contents decide nothing), and folders do not count."""
+    root = linked_tree(tmp_path)
+    result = grep(engine, root, pattern="needle")
+    assert result.output == "1 matching line in 1 file:\nsrc/a.txt:1: needle plain\n" + LINKED_NOTE
+    assert result.data["linked"] == 3
+    for pattern in ("OUTSIDE-SECRET", "twice", "absent"):  # no oracle: the same note every time
+        result = grep(engine, root, pattern=pattern)
+        assert result.output == f"No matches for {pattern!r} in ..\n" + LINKED_NOTE
+        assert "OUTSIDE-SECRET" not in result.output.replace(repr(pattern), "")
+    assert grep(engine, root, pattern="needle", path="src").output == (
+        "1 matching line in 1 file:\nsrc/a.txt:1: needle plain\n(2 files with more than one hard "
+        "link were not searched, since another name of such a file may be outside the project or "
+        "a secret file: src/b.txt, src/c.txt. Use read on one to ask the user for permission to "
+        "see it.)")
+    assert grep(engine, root, pattern="needle", include="a.txt").output == \
+        "1 matching line in 1 file:\nsrc/a.txt:1: needle plain"
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_grep_explicit_hard_linked_file_not_searched(engine, tmp_path):
+    """A hard-linked file as the explicit path, also through a symbolic link, is not searched."""
+    root = linked_tree(tmp_path)
+    for path, shown in (("notes.txt", "notes.txt"), ("alias.txt", "notes.txt"), ("src/c.txt", "src/c.txt")):
+        result = grep(engine, root, pattern="needle", path=path)
+        assert result.output == (f"{shown} was not searched: it has 2 hard links, and another name "
+                                 "of it may be outside the project or a secret file. Use read on "
+                                 "it to ask the user for permission to see it.")
+        assert result.data == {"matches": 0, "skipped": True}
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_grep_many_hard_linked_files_named_up_to_cap(engine, tmp_path):
+    """Past MAX_LINKED_SHOWN skipped files the answer counts the rest."""
+    root = project(tmp_path)
+    write(root, "one.txt", "x\n")
+    for i in range(grep_module.MAX_LINKED_SHOWN + 4):
+        os.link(os.path.join(root, "one.txt"), os.path.join(root, f"l{i:02}.txt"))
+    result = grep(engine, root, pattern="x")
+    assert result.data["linked"] == grep_module.MAX_LINKED_SHOWN + 5
+    assert result.output.endswith(", l19.txt and 5 more. Use read on one to ask the user for "
+                                  "permission to see it.)")
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -350,6 +482,14 @@ def parity_tree(root: str) -> None:
     os.symlink(os.path.join(root, "a.py"), os.path.join(root, "link.py"))
     for i in range(30):
         write(root, f"many/{i:02}.txt", "alpha\n" * 40)  # 1200 lines: the counting cap
+    write(root, "envs/prod.env", "alpha=secret\n")
+    write(root, "envs/.envrc", "export ALPHA=secret\n")
+    write(root, "envs/.env.d/api", "alpha=secret\n")
+    write(root, "envs/#.env#", "alpha=secret\n")
+    write(root, "linked/one.txt", "alpha linked\n")
+    os.link(os.path.join(root, "linked", "one.txt"), os.path.join(root, "linked", "two.py"))
+    write(root, "zz/late.txt", "alpha late\n")  # after the cap: its link is still named
+    os.link(os.path.join(root, "zz", "late.txt"), os.path.join(root, "zz", "late2.txt"))
 
 
 PARITY_QUERIES = [
@@ -365,6 +505,9 @@ PARITY_QUERIES = [
     {"pattern": "[^\\x00-\\x7f]", "path": "src"},
     {"pattern": "alpha", "path": "many"},
     {"pattern": "alpha", "path": "cfg"},
+    {"pattern": "alpha", "path": "envs"},
+    {"pattern": "alpha", "path": "linked"},
+    {"pattern": "secret", "ignore_case": True},
     {"pattern": "^$", "path": "blank_lines.txt"},
     {"pattern": "no such text anywhere"},
 ]

@@ -248,3 +248,114 @@ def test_read_subjects_outside_refused(tmp_path):
     with pytest.raises(ToolError, match="is outside the project"):
         ReadTool().subjects({"path": "/etc/hosts"}, ToolContext(root, "s1"))
     assert ReadTool().subjects({"path": "./src//a.py"}, ToolContext(root, "s1")) == ["src/a.py"]
+
+
+# Hard links: another name of the file may be outside the project or a secret file
+
+LINKS_REASON = "the file has 2 hard links; its other name may be outside the project or a secret file"
+
+
+class Permits:
+    """A `ToolContext.permit` double: records every call; allows, or raises ToolError (what the
+    loop does on deny or reject) when `reject` is set; `during` runs while the person is asked."""
+
+    def __init__(self, reject: bool = False, during=None):
+        self.calls: list[tuple] = []
+        self.reject = reject
+        self.during = during
+
+    async def __call__(self, tool: str, subject: str, args: dict | None = None,
+                       always_ask: str | None = None) -> None:
+        self.calls.append((tool, subject, args or {}, always_ask))
+        if self.during is not None:
+            self.during()
+        if self.reject:
+            raise ToolError(f"Denied: the person rejected {tool} of {subject}")
+
+
+def read_with(root: str, permits: Permits, **args):
+    return asyncio.run(ReadTool().run(args, ToolContext(root, "s1", permit=permits)))
+
+
+def linked_outside(tmp_path) -> str:
+    """A project whose notes.txt is a hard link to a secret file outside it."""
+    root = project(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("OUTSIDE-SECRET\n")
+    os.link(outside / "secret.txt", os.path.join(root, "notes.txt"))
+    return root
+
+
+def test_read_hard_link_asks_then_reads(tmp_path):
+    """A file with a second hard link (here outside the project) is read only once the person
+    allowed it, with the reason in the question."""
+    root = linked_outside(tmp_path)
+    permits = Permits()
+    assert read_with(root, permits, path="notes.txt").output == "     1\tOUTSIDE-SECRET"
+    assert permits.calls == [("read", "notes.txt", {"path": "notes.txt"}, LINKS_REASON)]
+
+
+def test_read_hard_link_rejected_not_read(tmp_path):
+    """A rejected question reads nothing: the error carries no line of the file."""
+    root = linked_outside(tmp_path)
+    permits = Permits(reject=True)
+    with pytest.raises(ToolError) as caught:
+        read_with(root, permits, path="notes.txt")
+    assert str(caught.value) == "Denied: the person rejected read of notes.txt"
+    assert len(permits.calls) == 1
+
+
+def test_read_hard_link_without_permit_refused(tmp_path):
+    """Outside the agent loop there is no one to ask: a hard-linked file is not read."""
+    root = linked_outside(tmp_path)
+    message = refusal(root, path="notes.txt")
+    assert message == (f"notes.txt is not read: {LINKS_REASON}, and only the person can allow it "
+                       "(inside the agent loop)")
+    assert "OUTSIDE-SECRET" not in message
+
+
+def test_read_hard_link_inside_project_and_through_symlink(tmp_path):
+    """Two names inside the project ask too, and a symbolic link to a hard-linked file asks for
+    the file it leads to (the target's links count)."""
+    root = project(tmp_path)
+    write(root, ".envrc", "export TOKEN=s3cr3t\n")
+    os.link(os.path.join(root, ".envrc"), os.path.join(root, "copy.txt"))
+    os.symlink(os.path.join(root, "copy.txt"), os.path.join(root, "alias.txt"))
+    for path in ("copy.txt", "alias.txt"):
+        permits = Permits(reject=True)
+        with pytest.raises(ToolError):
+            read_with(root, permits, path=path)
+        assert permits.calls == [("read", "copy.txt", {"path": "copy.txt"}, LINKS_REASON)]
+
+
+def test_read_single_link_and_folders_do_not_ask(tmp_path):
+    """A file with one link reads without a question; a folder (always several links) is not a
+    file to ask about."""
+    root = project(tmp_path)
+    write(root, "a.txt", "one\n")
+    write(root, "dir/sub/x.txt", "x\n")
+    assert os.stat(os.path.join(root, "dir")).st_nlink > 1
+    permits = Permits(reject=True)
+    assert read_with(root, permits, path="a.txt").output == "     1\tone"
+    with pytest.raises(ToolError) as caught:
+        read_with(root, permits, path="dir")
+    assert str(caught.value).startswith("dir is a folder")
+    assert permits.calls == []
+
+
+def test_read_hard_link_swapped_during_question_not_read(tmp_path):
+    """A file replaced while the person is asked, by another file with several links, is not
+    read: the allowed file is the one that was asked about."""
+    root = linked_outside(tmp_path)
+    other = tmp_path / "other.txt"
+    other.write_text("OTHER-SECRET\n")
+    os.link(other, tmp_path / "other-link.txt")
+
+    def swap():
+        os.replace(other, os.path.join(root, "notes.txt"))
+
+    with pytest.raises(ToolError) as caught:
+        read_with(root, Permits(during=swap), path="notes.txt")
+    assert str(caught.value) == ("notes.txt changed since it was checked and has 2 hard links now; "
+                                 "not read (read it again to ask the person)")

@@ -19,3 +19,19 @@ def write(root: str, relative: str, content: str | bytes) -> str:
     with open(path, "wb") as handle:
         handle.write(content.encode() if isinstance(content, str) else content)
     return path
+
+
+# Every form of a protected secret file (boundary.is_protected_env), and look-alikes that are not:
+# the search tools must skip the first and find the second, with both grep engines.
+SECRET_FILES = (
+    ".env", "app/.env.local", ".ENV.LOCAL", ".Env.Production", ".envrc", "app/.ENVRC", "prod.env",
+    ".prod.env", "deploy/web.ENV", ".env~", ".env.swp", ".env.swo", ".#.env", "#.env#", ".env.bak",
+    "prod.env.bak", ".envrc.swp", "#prod.env#", ".env.production.example", ".env.example.bak",
+    ".env.example~", "app/.env.prod.template", ".env.d/api", "conf/.env.d/sub/db.ini",
+    "venv/.env/lib/site.py", "tools/.ENV/bin/activate",
+)
+PLAIN_FILES = (
+    ".env.example", ".env.sample", ".env.template", "app/.ENV.Example", "x.environment",
+    ".environment", "env", ".envoy", ".venv/lib/site.py", "cfg/.env.local/notes.txt",
+    "cfg/prod.env/readme.txt", "notes.txt~", "README",
+)

@@ -1,4 +1,8 @@
-"""Projects|list, open, remove, files and git: the folders that Totem works in."""
+"""Projects|list, open, remove, files and git: the folders that Totem works in.
+
+The file tree shows the protected secret files (the person may want to see that they exist) with
+`protected: true`, so that the page can mark them; it never shows any file's content.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ import asyncio
 import os
 import stat
 
-from ..boundary import BoundaryError, relative_path, resolve_inside
+from ..boundary import BoundaryError, is_protected_env, relative_path, resolve_inside
 from ..errors import ApiError, BadRequest, NotFound
 from ..events import SessionUpdated
 from ..git import GitError, folder_status
@@ -79,20 +83,26 @@ async def remove_project(ctx):
 
 
 def _entry_view(root: str, folder: str, entry: os.DirEntry) -> dict:
+    """One entry of the tree. `protected`: a secret file that the agent asks for and search
+    skips, by its own name, by the name a link leads to, or a folder whose files all are."""
+    path = relative_path(root, os.path.join(folder, entry.name))
     try:
         info = entry.stat(follow_symlinks=False)
     except OSError:
-        return {"name": entry.name, "path": relative_path(root, os.path.join(folder, entry.name)),
-                "type": "unknown", "size": 0}
+        return {"name": entry.name, "path": path, "type": "unknown", "size": 0,
+                "protected": is_protected_env(path)}
     kind = "dir" if stat.S_ISDIR(info.st_mode) else "file" if stat.S_ISREG(info.st_mode) else "other"
+    target = path
     if stat.S_ISLNK(info.st_mode):
         try:
-            target = resolve_inside(root, os.path.join(folder, entry.name))
-            kind = "dir" if os.path.isdir(target) else "file"
+            resolved = resolve_inside(root, os.path.join(folder, entry.name))
+            kind = "dir" if os.path.isdir(resolved) else "file"
+            target = relative_path(root, resolved)
         except BoundaryError:
             kind = "outside"  # a link that leads out of the project is shown, never followed
-    return {"name": entry.name, "path": relative_path(root, os.path.join(folder, entry.name)),
-            "type": kind, "size": info.st_size if kind == "file" else 0}
+    protected = any(is_protected_env(name + "/" if kind == "dir" else name) for name in {path, target})
+    return {"name": entry.name, "path": path, "type": kind,
+            "size": info.st_size if kind == "file" else 0, "protected": protected}
 
 
 def _list_tree(root: str, folder: str) -> tuple[list[dict], bool]:

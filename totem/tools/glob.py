@@ -8,7 +8,9 @@ segment spans folders, `*` and `?` stay within a segment (and match a leading do
 
 The walk never enters `.git`, never follows a symbolic link to a folder (no loops, never out of
 the project), lists a linked file only when its target is inside the project, and hides the
-protected `.env` files (`boundary.is_protected_env`).
+protected secret files (`boundary.is_protected_env`, on the whole project-relative path: also
+every file below a `.env` or `.env.d` folder). Files with more than one hard link are listed:
+names are not contents, and the read tool asks before it opens one.
 
 Must not: read file contents, or decide by itself what is inside the project (boundary does).
 """

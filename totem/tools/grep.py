@@ -1,13 +1,23 @@
 """The grep tool: lines of the project's files that match a regular expression.
 
 Two engines give the same answer for the same tree: ripgrep when `rg` is on PATH, and a walk in
-Python otherwise (in a child process, killed at the deadline like rg). Both search every file below the path (hidden ones too; .gitignore is not
-consulted, since the Python walk cannot honour it identically), except: the `.git` folder,
-symbolic links (never followed), files over MAX_FILE_BYTES, binary files (a NUL byte anywhere),
-and the protected `.env` files (the spec: search skips them, even as the explicit path). They
-visit files in the same order (names sorted bytewise within each folder, depth first) and stop
-after the same number of matches, so that even a cut answer is the same; the shown lines are
-then sorted by path and line number.
+Python otherwise (in a child process, killed at the deadline like rg). Both search every file
+below the path (hidden ones too; .gitignore is not consulted, since the Python walk cannot honour
+it identically), except: the `.git` folder, symbolic links (never followed), files over
+MAX_FILE_BYTES, binary files (a NUL byte anywhere), the protected secret files of
+`boundary.is_protected_env` (the spec: search skips them, even as the explicit path), and regular
+files with more than one hard link. They visit files in the same order (names sorted bytewise
+within each folder, depth first) and stop after the same number of matches, so that even a cut
+answer is the same; the shown lines are then sorted by path and line number.
+
+A hard link is a second name of the same file: its other name may be outside the project or a
+secret file, which the boundary cannot see. Such a file is never searched; the answer names the
+skipped ones so that the model can read one (the read tool asks the person). Which files are
+skipped never depends on their contents: a count of only the linked files that matched would
+tell the model, pattern by pattern, what a secret says. So both engines list every linked file
+of the walk: the Python walk from its own stat, the rg engine from `rg --files` with the same
+filters, run after the search; the rg engine also stats each file that matched and drops it when
+it has more than one link.
 
 ripgrep is run without a shell, without reading any configuration (`--no-config`, and no
 RIPGREP_CONFIG_PATH in its environment), with the model's pattern as the value of `-e` and the
@@ -31,7 +41,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .. import boundary
 from . import (SKIPPED_FOLDERS, Tool, ToolContext, ToolError, ToolResult, cut_line, display_path,
@@ -48,21 +58,46 @@ TIMEOUT_SECONDS = 20.0
 # its submatches.
 RG_LINE_LIMIT_BYTES = 64 * 1024 * 1024
 MAX_ERROR_CHARS = 600
-# The protected .env files in gitignore syntax, for rg's --ignore-file: ripgrep's --glob cannot
-# express "except the examples" without switching to whitelist mode, which would defeat the
-# include filter. Folders named .env (a virtualenv) are not files and stay searchable.
-ENV_IGNORE_RULES = """\
-.env
-.env.*
-!.env/
-!.env.*/
-!.env.example
-!.env.sample
-!.env.template
-!.env.*.example
-!.env.*.sample
-!.env.*.template
-"""
+# The answer names at most this many of the files skipped for their hard links.
+MAX_LINKED_SHOWN = 20
+_GITIGNORE_SPECIALS = frozenset("\\!#?[]{},")
+
+
+def env_ignore_rules() -> str:
+    """boundary's protected secret files in gitignore syntax, for rg's --ignore-file.
+
+    Written out from boundary's table: every name bare, after a backup prefix, before a backup
+    suffix and between both (ripgrep's globs take `{a,b}`, but no empty alternative), then the
+    exact examples taken back, every folder taken back (a folder `prod.env/` is searched, as in
+    the Python walk), then the folders whose files are all protected. Letters become classes
+    (`[eE]`): rg 13 applies --ignore-file-case-insensitive to the ignore files of folders, not to
+    --ignore-file; and --iglob cannot take the examples back without whitelist mode, which would
+    defeat the include filter. The rg engine also drops any match in a protected file.
+    """
+    bases = (*boundary.ENV_NAMES, boundary.ENV_PREFIX + "*", "*" + boundary.ENV_SUFFIX)
+    prefixes = "{" + ",".join(map(_gitignore_glob, boundary.ENV_BACKUP_PREFIXES)) + "}"
+    suffixes = "{" + ",".join(map(_gitignore_glob, boundary.ENV_BACKUP_SUFFIXES)) + "}"
+    lines = [head + _gitignore_glob(base) + tail for base in bases
+             for head in ("", prefixes) for tail in ("", suffixes)]
+    lines += ["!" + _gitignore_glob(name) for name in sorted(boundary.ENV_EXAMPLES)]
+    lines.append("!*/")
+    lines += [_gitignore_glob(name) + "/" for name in sorted(boundary.ENV_FOLDERS)]
+    return "\n".join(lines) + "\n"
+
+
+def _gitignore_glob(text: str) -> str:
+    """A name of boundary's table as a case-insensitive gitignore glob; its `*` stays a wildcard."""
+    out = []
+    for char in text:
+        if char.isascii() and char.isalpha():
+            out.append(f"[{char.lower()}{char.upper()}]")
+        elif char in _GITIGNORE_SPECIALS:
+            out.append("\\" + char)
+        else:
+            out.append(char)
+    return "".join(out)
+
+
 # Patterns that can match differently on a whole file than on one line: no whole-file pre-check.
 _LINE_ONLY_SYNTAX = re.compile(r"\\[AZz]|\(\?<?[=!]")
 # The child of search_with_python imports this module from the folder that holds the package.
@@ -89,6 +124,7 @@ class Found:
 
     matches: list[tuple[str, int, str]]
     more: bool = False  # there were more than MAX_MATCHES_COUNTED
+    linked: list[str] = field(default_factory=list)  # files not searched for their hard links
 
 
 class GrepTool(Tool):
@@ -146,8 +182,9 @@ def _check_start(start: str, where: str) -> str:
     Raises ToolError for a path that does not exist or is not a file or folder.
     """
     if boundary.is_protected_env(where):
-        return (f"{where} was not searched: search skips secret files (.env, .env.*). "
-                "Use read on it to ask the user for permission to see it.")
+        return (f"{where} was not searched: search skips secret files (.env, .env.*, *.env, "
+                ".envrc, their backups, files in .env.d). Use read on it to ask the user for "
+                "permission to see it.")
     try:
         info = os.stat(start)
     except FileNotFoundError:
@@ -158,6 +195,10 @@ def _check_start(start: str, where: str) -> str:
         return ""
     if not stat.S_ISREG(info.st_mode):
         raise ToolError(f"{where} is not a regular file or folder; not searched")
+    if info.st_nlink > 1:
+        return (f"{where} was not searched: it has {info.st_nlink} hard links, and another name "
+                "of it may be outside the project or a secret file. Use read on it to ask the "
+                "user for permission to see it.")
     if info.st_size > MAX_FILE_BYTES:
         return (f"{where} was not searched: it is {info.st_size} bytes, over the search limit "
                 f"of {MAX_FILE_BYTES} bytes. Use read with offset and limit.")
@@ -178,41 +219,68 @@ def format_found(found: Found, query: Query, where: str, engine: str = "") -> To
     files = len({path for path, _, _ in matches})
     count = f"more than {len(matches)}" if found.more else str(len(matches))
     title = f"{query.pattern} in {where} ({count} match{'' if count == '1' else 'es'})"
+    linked = sorted(set(found.linked))
     data = {"matches": len(matches), "files": files, "shown": len(shown),
-            "truncated": found.more or len(shown) < len(matches), "engine": engine}
+            "truncated": found.more or len(shown) < len(matches), "linked": len(linked),
+            "engine": engine}
     if not matches:
-        return ToolResult(f"No matches for {query.pattern!r} in {where}.", title=title, data=data)
-    lines = [f"{count.capitalize()} matching line{'' if count == '1' else 's'} in {files} "
-             f"file{'' if files == 1 else 's'}:"]
-    lines.extend(f"{path}:{number}: {text}" for path, number, text in shown)
+        lines = [f"No matches for {query.pattern!r} in {where}."]
+    else:
+        lines = [f"{count.capitalize()} matching line{'' if count == '1' else 's'} in {files} "
+                 f"file{'' if files == 1 else 's'}:"]
+        lines.extend(f"{path}:{number}: {text}" for path, number, text in shown)
     if data["truncated"]:
         lines.append(f"(showing {len(shown)} of {count} matching lines; narrow the pattern, "
                      "path or include to see the rest)")
+    if linked:
+        lines.append(_linked_note(linked))
     return ToolResult("\n".join(lines), title=title, data=data)
+
+
+def _linked_note(linked: list[str]) -> str:
+    names = ", ".join(linked[:MAX_LINKED_SHOWN])
+    if len(linked) > MAX_LINKED_SHOWN:
+        names += f" and {len(linked) - MAX_LINKED_SHOWN} more"
+    one = len(linked) == 1
+    return (f"({len(linked)} file{'' if one else 's'} with more than one hard link "
+            f"{'was' if one else 'were'} not searched, since another name of "
+            f"{'it' if one else 'such a file'} may be outside the project or a secret file: "
+            f"{names}. Use read on one to ask the user for permission to see it.)")
 
 
 # ripgrep
 
-def rg_arguments(query: Query, rg: str, ignore_file: str) -> list[str]:
-    """The command line for ripgrep; the pattern only ever follows -e, the path only --."""
-    args = [rg, "--json", "--no-config", "--no-messages", "--no-ignore", "--hidden",
-            "--sort", "path", "--encoding", "none", "--max-filesize", str(MAX_FILE_BYTES),
-            "--glob", "!.git", "--ignore-file", ignore_file,
-            "--ignore-case" if query.ignore_case else "--case-sensitive"]
+def rg_arguments(query: Query, rg: str, ignore_file: str, listing: bool = False) -> list[str]:
+    """The command line for ripgrep; the pattern only ever follows -e, the path only --.
+
+    With `listing`, `rg --files` with the same filters: the files the search visits (NUL-ended).
+    """
+    args = [rg, "--files", "--null"] if listing else [rg, "--json"]
+    args += ["--no-config", "--no-messages", "--no-ignore", "--hidden"]
+    if not listing:
+        args += ["--sort", "path", "--encoding", "none"]
+    args += ["--max-filesize", str(MAX_FILE_BYTES), "--glob", "!.git", "--ignore-file", ignore_file]
+    if not listing:
+        args.append("--ignore-case" if query.ignore_case else "--case-sensitive")
     if query.include:
         args += ["--type-add", f"totem:{query.include}", "--type", "totem"]
-    return args + ["-e", query.pattern, "--", query.start]
+    return args + (["--"] if listing else ["-e", query.pattern, "--"]) + [query.start]
 
 
 async def search_with_rg(query: Query, rg: str = "rg") -> Found:
     """Search with ripgrep. Raises ToolError for an invalid pattern or a timeout."""
-    # Written and removed on the loop: a few hundred bytes in the temporary folder take
+    # Written and removed on the loop: a few kilobytes in the temporary folder take
     # microseconds, and no await between them can leave the file behind on cancellation.
     descriptor, ignore_file = tempfile.mkstemp(prefix="totem-grep-", suffix=".ignore")
     try:
         with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            handle.write(ENV_IGNORE_RULES)
-        return await _run_rg(query, rg_arguments(query, rg, ignore_file))
+            handle.write(env_ignore_rules())
+        deadline = time.monotonic() + TIMEOUT_SECONDS  # for the search and the listing together
+        found = await _run_rg(query, rg_arguments(query, rg, ignore_file))
+        if os.path.isdir(query.start):  # a file start was checked by _check_start
+            found.linked += await _list_linked_with_rg(
+                query, rg_arguments(query, rg, ignore_file, listing=True), deadline)
+        return found
     finally:
         os.unlink(ignore_file)
 
@@ -250,9 +318,10 @@ async def _run_rg(query: Query, args: list[str]) -> Found:
 async def _read_rg_output(stream: asyncio.StreamReader, root: str, found: Found) -> None:
     """Collect matches from rg --json until the end or the count limit.
 
-    Matches of a file are kept only when its `end` message reports no binary content: ripgrep
+    Matches of a file are kept only when its `end` message reports no binary content (ripgrep
     stops at the first NUL byte but has already printed the lines before it, and the Python
-    engine skips such a file whole.
+    engine skips such a file whole), the file has one link (a stat per matching file, not per
+    file searched) and it is no protected secret file (the ignore rules skip those already).
     """
     pending: list[tuple[str, int, str]] = []
     while line := await stream.readline():
@@ -263,13 +332,60 @@ async def _read_rg_output(stream: asyncio.StreamReader, root: str, found: Found)
             text = cut_line(_strip_newline(_rg_text(data["lines"])))
             pending.append((path, data["line_number"], text))
         elif kind == "end":
-            if data.get("binary_offset") is None:
-                found.matches.extend(pending)
+            if pending and data.get("binary_offset") is None:
+                relative = pending[0][0]
+                links = _link_count(_rg_text(data["path"]))
+                if links > 1:
+                    found.linked.append(relative)
+                elif links == 1 and not boundary.is_protected_env(relative):
+                    found.matches.extend(pending)
             pending = []
             if len(found.matches) > MAX_MATCHES_COUNTED:
                 del found.matches[MAX_MATCHES_COUNTED:]
                 found.more = True
                 return
+
+
+async def _list_linked_with_rg(query: Query, args: list[str], deadline: float) -> list[str]:
+    """The project-relative paths of the files with more than one hard link among those that
+    `rg --files` lists (after the search: one child process at a time, killed like the search).
+    Raises ToolError when `deadline` (time.monotonic()) passes."""
+    try:
+        process = await asyncio.create_subprocess_exec(
+            *args, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL, cwd=query.root,
+            env={"PATH": os.environ.get("PATH", os.defpath)}, start_new_session=True)
+    except OSError as exc:
+        raise ToolError(f"cannot run ripgrep: {exc.strerror or exc}") from None
+    try:
+        async with asyncio.timeout(max(deadline - time.monotonic(), 0)):
+            listed, _ = await process.communicate()
+    except TimeoutError:
+        raise ToolError(_timeout_message()) from None
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    return await asyncio.to_thread(_linked_files, query.root, listed.split(b"\0"), deadline)
+
+
+def _linked_files(root: str, paths: list[bytes], deadline: float) -> list[str]:
+    linked = []
+    for path in paths:
+        if time.monotonic() > deadline:
+            raise ToolError(_timeout_message())
+        if path and _link_count(path) > 1:
+            linked.append(_printable(os.path.relpath(os.fsdecode(path), root).replace(os.sep, "/")))
+    return linked
+
+
+def _link_count(path: str | bytes) -> int:
+    """The number of hard links of a regular file (not following a link); 0 for anything else."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return 0
+    return info.st_nlink if stat.S_ISREG(info.st_mode) else 0
 
 
 def _rg_text(value: dict) -> str:
@@ -316,7 +432,8 @@ async def search_with_python(query: Query) -> Found:
         raise ToolError(f"the search failed: {detail or f'exit status {process.returncode}'}") from None
     if "error" in answer:
         raise ToolError(answer["error"])
-    return Found([(path, number, text) for path, number, text in answer["matches"]], answer["more"])
+    return Found([(path, number, text) for path, number, text in answer["matches"]], answer["more"],
+                 answer["linked"])
 
 
 def serve_child() -> None:
@@ -326,7 +443,7 @@ def serve_child() -> None:
                   request["ignore_case"])
     try:
         found = _search_files(query, time.monotonic() + request["timeout"])
-        answer = {"matches": found.matches, "more": found.more}
+        answer = {"matches": found.matches, "more": found.more, "linked": found.linked}
     except ToolError as exc:
         answer = {"error": str(exc)}
     json.dump(answer, sys.stdout)
@@ -354,15 +471,19 @@ def _search_files(query: Query, deadline: float) -> Found:
     line_regex, file_regex = _compile_pattern(query.pattern, query.ignore_case)
     include = compile_glob(query.include, name_only=True) if query.include else None
     found = Found([])
+    linked: list[str] = []  # project-relative, as the walk met them
     if os.path.isdir(query.start):
-        files = _walk_sorted(query.start, include)
-    else:
-        files = iter([query.start])  # an explicit file: checked by _check_start, include ignored
-    for path in files:
+        files = _walk_sorted(query.root, query.start, include, linked)
+    else:  # an explicit file: checked by _check_start, include ignored
+        files = iter([(query.start, boundary.relative_path(query.root, query.start))])
+    for path, relative in files:
         if time.monotonic() > deadline:
             raise ToolError(_timeout_message())
         try:
             with open(path, "rb") as handle:
+                if os.fstat(handle.fileno()).st_nlink > 1:  # a link made since the walk's stat
+                    linked.append(relative)
+                    continue
                 data = handle.read(MAX_FILE_BYTES + 1)
         except OSError:
             continue
@@ -371,7 +492,7 @@ def _search_files(query: Query, deadline: float) -> Found:
         text = data.decode("utf-8", "replace")
         if file_regex is not None and not file_regex.search(text):
             continue
-        relative = _printable(boundary.relative_path(query.root, path))
+        relative = _printable(relative)
         lines = text.split("\n")
         if lines[-1] == "":
             lines.pop()
@@ -382,36 +503,55 @@ def _search_files(query: Query, deadline: float) -> Found:
             del found.matches[MAX_MATCHES_COUNTED:]
             found.more = True
             break
+    if found.more:
+        # The linked files of the rest of the walk too (stat only, no reads), as ripgrep's
+        # listing does: the skipped files must not depend on where the matches ran out.
+        for _ in files:
+            if time.monotonic() > deadline:
+                break
+    found.linked = [_printable(path) for path in linked]
     return found
 
 
-def _walk_sorted(top: str, include: re.Pattern | None) -> Iterator[str]:
-    """Files below `top` in ripgrep's --sort path order, with ripgrep's skips."""
-    stack = [iter(_sorted_entries(top))]
+def _walk_sorted(root: str, top: str, include: re.Pattern | None,
+                 linked: list[str]) -> Iterator[tuple[str, str]]:
+    """(path, project-relative path) of the files below `top` in ripgrep's --sort path order,
+    with ripgrep's skips.
+
+    Regular files with more than one hard link are not yielded: their project-relative paths
+    are appended to `linked`.
+    """
+    stack = [(iter(_sorted_entries(top)), boundary.relative_path(root, top))]
     while stack:
-        entry = next(stack[-1], None)
+        entries, folder = stack[-1]
+        entry = next(entries, None)
         if entry is None:
             stack.pop()
             continue
         if entry.name in SKIPPED_FOLDERS:
             continue
+        relative = f"{folder}/{entry.name}" if folder else entry.name
         try:
             if entry.is_symlink():
                 continue
             if entry.is_dir(follow_symlinks=False):
-                stack.append(iter(_sorted_entries(entry.path)))
+                stack.append((iter(_sorted_entries(entry.path)), relative))
                 continue
             if not entry.is_file(follow_symlinks=False):
                 continue
-            if boundary.is_protected_env(entry.name):
+            if boundary.is_protected_env(relative):
                 continue
             if include is not None and not include.fullmatch(entry.name):
                 continue
-            if entry.stat(follow_symlinks=False).st_size > MAX_FILE_BYTES:
+            info = entry.stat(follow_symlinks=False)
+            if info.st_size > MAX_FILE_BYTES:
+                continue
+            if info.st_nlink > 1:
+                linked.append(relative)
                 continue
         except OSError:
             continue
-        yield entry.path
+        yield entry.path, relative
 
 
 def _sorted_entries(folder: str) -> list[os.DirEntry]:

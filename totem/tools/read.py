@@ -5,6 +5,11 @@ and a view that is not the whole file ends with a line saying which lines were s
 there are, and the offset to read on. `.env` files are read like any other: the permission layer
 asks before this tool runs.
 
+A regular file with more than one hard link is read only after the person says yes, even under
+an allow rule (`ctx.permit` with `always_ask`): its other name may be outside the project or a
+secret file, and no path check can see that. The links are counted on the open file itself, so
+a link made or a file swapped after the question is not read without one.
+
 Must not: decide what is inside the project (boundary does) or whether reading is allowed
 (permissions does); write anything; open a file that is not a regular file (a FIFO would block).
 """
@@ -53,14 +58,35 @@ class ReadTool(Tool):
     async def run(self, args: dict, ctx: ToolContext) -> ToolResult:
         absolute = resolve_path(ctx, args["path"])
         shown = display_path(ctx, absolute)
-        lines = await asyncio.to_thread(_load, absolute, shown)
+        approved = await _approve_links(absolute, shown, ctx)
+        lines = await asyncio.to_thread(_load, absolute, shown, approved)
         offset = int(args.get("offset") or 1)
         limit = int(args.get("limit") or DEFAULT_LIMIT_LINES)
         return _view(lines, shown, offset, limit)
 
 
-def _load(absolute: str, shown: str) -> list[str]:
-    """The decoded lines of a regular text file; ToolError for anything else."""
+async def _approve_links(absolute: str, shown: str, ctx: ToolContext) -> tuple[int, int] | None:
+    """(device, inode) of a regular file with more than one hard link once the person allowed
+    reading it; None for any other path. Raises ToolError when denied, rejected, or outside the
+    agent loop (no one to ask)."""
+    try:
+        info = await asyncio.to_thread(os.stat, absolute)  # follows a link: the target's links count
+    except OSError:
+        return None  # _load says what is wrong
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink < 2:
+        return None
+    reason = (f"the file has {info.st_nlink} hard links; its other name may be outside the "
+              "project or a secret file")
+    if ctx.permit is None:
+        raise ToolError(f"{shown} is not read: {reason}, and only the person can allow it "
+                        "(inside the agent loop)")
+    await ctx.permit("read", shown, {"path": shown}, always_ask=reason)
+    return info.st_dev, info.st_ino
+
+
+def _load(absolute: str, shown: str, approved: tuple[int, int] | None = None) -> list[str]:
+    """The decoded lines of a regular text file; ToolError for anything else, and for a file
+    with more than one hard link that is not the `approved` (device, inode)."""
     try:
         info = os.stat(absolute)
     except FileNotFoundError:
@@ -77,6 +103,10 @@ def _load(absolute: str, shown: str) -> list[str]:
                         f"{MAX_FILE_BYTES} bytes; use grep to find the lines you need")
     try:
         with open(absolute, "rb") as handle:
+            opened = os.fstat(handle.fileno())
+            if opened.st_nlink > 1 and (opened.st_dev, opened.st_ino) != approved:
+                raise ToolError(f"{shown} changed since it was checked and has {opened.st_nlink} "
+                                "hard links now; not read (read it again to ask the person)")
             data = handle.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise ToolError(f"cannot read {shown}: {exc.strerror}") from None

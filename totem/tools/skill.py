@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import stat
 
 from . import Tool, ToolContext, ToolError, ToolResult, display_path, resolve_path
 
@@ -37,6 +38,9 @@ class SkillTool(Tool):
         path = self._path(args, ctx)
         try:
             data = await asyncio.to_thread(_read, path)
+        except _LinkedError as exc:
+            raise ToolError(f"the skill {args['name']} is not read: its file has {exc.args[0]} hard "
+                            "links, and another name may be outside the project or a secret file") from None
         except FileNotFoundError:
             available = await asyncio.to_thread(_skill_names, ctx)
             hint = f"; skills here: {', '.join(available)}" if available else "; this project has no skills"
@@ -49,8 +53,15 @@ class SkillTool(Tool):
         return ToolResult(text, f"skill {args['name']}", {"name": args["name"], "bytes": len(data)})
 
 
+class _LinkedError(OSError):
+    """The skill file has more than one hard link: its other name may be a secret file."""
+
+
 def _read(path: str) -> bytes:
     with open(path, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+            raise _LinkedError(info.st_nlink)
         return handle.read(MAX_SKILL_BYTES + 1)
 
 
