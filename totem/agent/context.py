@@ -1,22 +1,32 @@
 """What the model sees: the system prompt, the project's instructions and the history.
 
 Owns turning stored messages and parts into the chat messages of a request, and the envelope
-that marks tool results and attachments as untrusted data. It reads AGENTS.md and attachments;
-it never calls a model or changes anything.
+that marks tool results and attachments as untrusted data: its tags carry a random marker of
+the run, which the data cannot contain, so no text can end the envelope or forge another. It
+reads AGENTS.md and attachments; it never calls a model or changes anything.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import html
 import json
 import os
+import re
+import secrets
 
 PROMPTS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "prompts")
 AGENTS_FILE = "AGENTS.md"
 MAX_AGENTS_BYTES = 32 * 1024
 MAX_INLINE_ATTACHMENT_BYTES = 256 * 1024
 IMAGE_TYPES = frozenset(("image/png", "image/jpeg", "image/gif", "image/webp"))
+# 64 random bits per run: text written before the run (a file, a page) cannot know the marker.
+MARKER_BYTES = 8
+MARKER_PATTERN = re.compile(r"[0-9a-f]{16,}")
+# What an occurrence of the marker inside the data becomes; it has no hex digits in a row, so
+# no replacement can join its neighbours into the marker again.
+MARKER_REMOVED = "[marker removed]"
 
 
 def load_prompt(name: str) -> str:
@@ -24,10 +34,30 @@ def load_prompt(name: str) -> str:
         return handle.read()
 
 
-def envelope(source: str, text: str) -> str:
-    """Mark text as untrusted data; a closing tag inside cannot end the envelope early."""
-    safe = text.replace("</data", "<\\/data")
-    return f'<data source="{source}" trust="untrusted">\n{safe}\n</data>'
+def new_marker() -> str:
+    """A fresh envelope marker: chosen once per run, so no text written before it can hold it."""
+    return secrets.token_hex(MARKER_BYTES)
+
+
+def envelope(source: str, text: str, marker: str) -> str:
+    """Mark text as untrusted data inside tags that carry the run's `marker`.
+
+    `<data-MARKER source="..." trust="untrusted">`, the text, `</data-MARKER>`. Only a tag
+    with the marker ends the envelope, and the marker cannot occur inside: every occurrence
+    of it in the text or the source, in any case, is replaced (MARKER_REMOVED holds no hex
+    digit run that could rebuild it). So `</data>`, `</DATA >`, another `<data ...
+    trust="trusted">` or a whole envelope of another run stay data, and everything else of the
+    text reaches the model byte for byte. The source is escaped as an attribute value.
+
+    Raises ValueError for a marker that is not 16 or more lowercase hex characters.
+    """
+    if not MARKER_PATTERN.fullmatch(marker):
+        raise ValueError("the envelope marker must be a hex string of 16 characters or more")
+    scrub = re.compile(re.escape(marker), re.IGNORECASE)
+    safe_text = scrub.sub(MARKER_REMOVED, text)
+    safe_source = html.escape(scrub.sub(MARKER_REMOVED, " ".join(source.split())), quote=True)
+    return (f'<data-{marker} source="{safe_source}" trust="untrusted">\n{safe_text}\n'
+            f'</data-{marker}>')
 
 
 def _read_agents(root: str) -> str | None:
@@ -41,9 +71,10 @@ def _read_agents(root: str) -> str | None:
     return text + ("\n[AGENTS.md cut at 32 KB]" if len(raw) > MAX_AGENTS_BYTES else "")
 
 
-async def system_message(template: str, root: str) -> dict:
-    """The system prompt with the project's AGENTS.md as its instructions, when there is one."""
-    text = template.replace("{root}", root)
+async def system_message(template: str, root: str, marker: str) -> dict:
+    """The system prompt with the run's envelope marker and the project's AGENTS.md as its
+    instructions, when there is one."""
+    text = template.replace("{marker}", marker).replace("{root}", root)
     agents = await asyncio.to_thread(_read_agents, root)
     if agents:
         text += ("\n\nProject instructions (AGENTS.md, written by the project's developers):\n"
@@ -51,32 +82,33 @@ async def system_message(template: str, root: str) -> dict:
     return {"role": "system", "content": text}
 
 
-def _attachment_content(attachment: dict) -> dict | str:
+def _attachment_content(attachment: dict, marker: str) -> dict | str:
     mime, data, name = attachment["mime"], attachment["data"], attachment["name"]
     if mime in IMAGE_TYPES:
         url = f"data:{mime};base64,{base64.b64encode(data).decode()}"
         return {"type": "image_url", "image_url": {"url": url}}
     if len(data) <= MAX_INLINE_ATTACHMENT_BYTES:
         try:
-            return envelope(f"attachment {name}", data.decode("utf-8"))
+            return envelope(f"attachment {name}", data.decode("utf-8"), marker)
         except UnicodeDecodeError:
             pass
     return f"[attached file {name} ({mime}, {len(data)} bytes) is not text and is not shown]"
 
 
-def user_message(message: dict, attachments: list[dict]) -> dict:
+def user_message(message: dict, attachments: list[dict], marker: str) -> dict:
     text = "".join(part["text"] for part in message["parts"] if part["kind"] == "text")
     if not attachments:
         return {"role": "user", "content": text}
     content: list[dict] = [{"type": "text", "text": text}] if text else []
     for attachment in attachments:
-        item = _attachment_content(attachment)
+        item = _attachment_content(attachment, marker)
         content.append(item if isinstance(item, dict) else {"type": "text", "text": item})
     return {"role": "user", "content": content}
 
 
-def assistant_messages(message: dict) -> list[dict]:
-    """An assistant step: its text and tool calls, then one tool message per call."""
+def assistant_messages(message: dict, marker: str) -> list[dict]:
+    """An assistant step: its text and tool calls, then one tool message per call, its result
+    in an envelope with the run's marker."""
     text = "".join(part["text"] for part in message["parts"] if part["kind"] == "text")
     tools = [part for part in message["parts"] if part["kind"] == "tool"]
     answer: dict = {"role": "assistant", "content": text}
@@ -91,19 +123,23 @@ def assistant_messages(message: dict) -> list[dict]:
         if output is None:
             output = part["data"].get("error") or f"the call ended with status {part['status']}"
         result.append({"role": "tool", "tool_call_id": part["data"]["callid"],
-                       "content": envelope(f"tool {part['data']['tool']}", output)})
+                       "content": envelope(f"tool {part['data']['tool']}", output, marker)})
     return result
 
 
-def history_messages(history: list[dict], attachments: dict[str, list[dict]]) -> list[dict]:
-    """Chat messages for the stored history (`attachments` by message id)."""
+def history_messages(history: list[dict], attachments: dict[str, list[dict]], marker: str) -> list[dict]:
+    """Chat messages for the stored history (`attachments` by message id).
+
+    Every envelope of one request carries the same `marker`, that of the current run: the
+    history is wrapped again at every step, so results of earlier runs get the new marker too.
+    """
     messages = []
     for message in history:
         if message["role"] == "user":
-            messages.append(user_message(message, attachments.get(message["id"], [])))
+            messages.append(user_message(message, attachments.get(message["id"], []), marker))
         elif message["role"] == "assistant":
             if any(part["kind"] in ("text", "tool") for part in message["parts"]):
-                messages.extend(assistant_messages(message))
+                messages.extend(assistant_messages(message, marker))
     return messages
 
 
