@@ -20,10 +20,13 @@ run: $(VENV)/.runtime
 	@$(BIN)/python -m compileall -q totem >/dev/null
 	$(BIN)/python totem.py
 
-# Debian packages the tests use: ripgrep (grep's fast path; the Python fallback is tested too)
-# and chromium (the browser tests drive it with Playwright).
+# Debian packages the tests use: ripgrep (grep's fast path; the Python fallback is tested too),
+# chromium (the browser tests drive it with Playwright), and dash and bash (the shells that
+# tests/test_shell_differential.py runs command lines under).
 system-packages:
 	@command -v rg >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq ripgrep >/dev/null; }
+	@command -v dash >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq dash >/dev/null; }
+	@command -v bash >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq bash >/dev/null; }
 	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
 test: $(VENV)/.dev system-packages

@@ -77,3 +77,12 @@ export function showValue(value, limit = 4000) {
   const text = typeof value === 'string' ? value : JSON.stringify(value, null, 2) ?? '';
   return text.length > limit ? `${text.slice(0, limit)}\n… (${text.length - limit} more characters)` : text;
 }
+
+// Characters a person cannot see (zero-width, bidirectional controls, tags, odd spaces), as the
+// server's shellwords.reveal() writes them: <U+202E>. Tab, newline and the space stay as they are.
+const HIDDEN = /[\p{Cc}\p{Cf}\p{Co}\p{Cn}\p{Zl}\p{Zp}\p{Zs}\u{FE00}-\u{FE0F}\u{E0100}-\u{E01EF}\u115F\u1160\u3164\uFFA0]/gu;
+
+export function reveal(text) {
+  return String(text).replace(HIDDEN, (ch) => (ch === ' ' || ch === '\t' || ch === '\n') ? ch
+    : `<U+${ch.codePointAt(0).toString(16).toUpperCase().padStart(4, '0')}>`);
+}

@@ -28,6 +28,10 @@ export async function loadGit(projectid) {
     box.replaceChildren(h('p', { className: 'muted' }, 'Not a git repository'));
     return;
   }
+  if (state.refused) {  // the repository's config names programs: Totem did not run git
+    box.replaceChildren(h('p', { className: 'muted git-refused' }, state.refused));
+    return;
+  }
   const files = state.files.map((file) => h('li', { title: `${file.status}${file.staged ? ', staged' : ''}` },
     h('span', { className: `git-status ${file.status}${file.staged ? ' staged' : ''}` }, GIT_LETTERS[file.status] || '?'),
     h('span', { className: 'path' }, file.path)));
@@ -69,7 +73,7 @@ export class FileTree {
     if (item.type !== 'dir') {
       const title = item.type === 'outside' ? 'A link that leads outside the project' : `${formatSize(item.size)} · insert the path into the prompt`;
       return h('li', { className: `file ${item.type}`, title, dataset: { path: item.path },
-        onclick: item.type === 'file' ? () => this.onPick(item.path) : null }, h('span', { className: 'name' }, item.name));
+        onclick: item.type === 'file' ? () => this.onPick(item.path) : null }, h('span', { className: 'name' }, item.name, item.protected ? h('span', { className: 'lock', title: 'A protected secret file: the agent asks before it reads one, search skips it' }, ' 🔒') : null));
     }
     const children = h('ul');
     const row = h('li', { className: 'dir', dataset: { path: item.path } });

@@ -4,7 +4,7 @@
 // ones of the session on screen are shown as cards above the prompt, the others as a mark in
 // the session list (onChange tells the page to repaint it).
 import { api } from '/api.js';
-import { h, showValue, toast } from '/dom.js';
+import { h, reveal, showValue, toast } from '/dom.js';
 
 export class Questions {
   constructor(root, { onChange }) {
@@ -79,36 +79,51 @@ export class Questions {
   }
 
   permissionCard(data) {
-    const patterns = data.patterns || [];
-    const name = `pattern-${data.id}`;
-    const custom = h('input', { type: 'text', className: 'pattern-custom', placeholder: 'another pattern',
-      'aria-label': 'Another pattern' });
-    const choices = h('div', { className: 'patterns' },
-      patterns.map((pattern, index) => h('label', null,
-        h('input', { type: 'radio', name, value: pattern, checked: index === 0 }), h('code', null, pattern))),
-      h('label', null, h('input', { type: 'radio', name, value: '', checked: !patterns.length, className: 'custom-choice' }),
-        custom));
-    custom.addEventListener('input', () => { choices.querySelector('.custom-choice').checked = true; });
-    const chosen = () => {
-      const radio = choices.querySelector('input[type=radio]:checked');
-      return radio && radio.value ? radio.value : custom.value.trim();
-    };
+    // One group of choices per subject that needs an answer (bash: each simple command that
+    // asks); "always" stores a rule for the pattern chosen in each group.
+    const commands = data.commands?.length ? data.commands
+      : [{ command: '', patterns: data.patterns || [] }];
+    const groups = commands.map((item, group) => this.patternChoices(data.id, group, item, commands.length > 1));
+    const bash = data.tool === 'bash';
+    const description = bash && typeof data.input?.description === 'string' ? data.input.description : '';
     const card = h('section', { className: 'ask permission', dataset: { session: data.sessionid ?? '', id: data.id } },
       h('header', null, 'Allow ', h('strong', { className: 'ask-tool' }, data.tool), '?'),
-      h('pre', { className: 'ask-input' }, inputText(data.tool, data.input)),
-      h('div', { className: 'label' }, 'Always allow this pattern:'),
-      choices,
+      description ? h('p', { className: 'ask-description' }, reveal(description)) : null,
+      data.reason ? h('p', { className: 'ask-reason' }, reveal(data.reason)) : null,
+      bash && data.folder ? h('div', { className: 'ask-folder' }, 'in ', h('code', null, data.folder)) : null,
+      h('pre', { className: 'ask-input' }, reveal(inputText(data.tool, data.input))),
+      h('div', { className: 'label' }, commands.length > 1 ? 'Always allow, for each command:' : 'Always allow this pattern:'),
+      groups.map((choices) => choices.element),
       h('div', { className: 'actions' },
         h('button', { type: 'button', className: 'primary', dataset: { reply: 'once' },
           onclick: () => this.answer(card, 'permissions_reply', data.id, { reply: 'once' }) }, 'Allow once'),
         h('button', { type: 'button', dataset: { reply: 'always' }, onclick: () => {
-          const pattern = chosen();
-          if (!pattern) { toast('Choose or type a pattern to always allow'); return; }
-          this.answer(card, 'permissions_reply', data.id, { reply: 'always', pattern });
+          const patterns = groups.map((choices) => choices.chosen());
+          if (patterns.some((pattern) => !pattern)) { toast('Choose or type a pattern to always allow'); return; }
+          this.answer(card, 'permissions_reply', data.id, { reply: 'always', patterns });
         } }, 'Always allow'),
         h('button', { type: 'button', className: 'danger', dataset: { reply: 'reject' },
           onclick: () => this.answer(card, 'permissions_reply', data.id, { reply: 'reject' }) }, 'Reject')));
     return card;
+  }
+
+  patternChoices(id, group, item, titled) {
+    const patterns = item.patterns || [];
+    const name = `pattern-${id}-${group}`;
+    const custom = h('input', { type: 'text', className: 'pattern-custom', placeholder: 'another pattern',
+      'aria-label': 'Another pattern' });
+    const element = h('div', { className: 'patterns' },
+      titled ? h('code', { className: 'pattern-command' }, reveal(item.shown ?? item.command)) : null,
+      patterns.map((pattern, index) => h('label', null,
+        h('input', { type: 'radio', name, value: pattern, checked: index === 0 }), h('code', null, reveal(pattern)))),
+      h('label', null, h('input', { type: 'radio', name, value: '', checked: !patterns.length, className: 'custom-choice' }),
+        custom));
+    custom.addEventListener('input', () => { element.querySelector('.custom-choice').checked = true; });
+    const chosen = () => {
+      const radio = element.querySelector('input[type=radio]:checked');
+      return radio && radio.value ? radio.value : custom.value.trim();
+    };
+    return { element, chosen };
   }
 
   questionCard(data) {

@@ -13,7 +13,7 @@ import asyncio
 import functools
 import json
 import logging
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import ClassVar
 
 from .store import now_ms
@@ -101,11 +101,15 @@ class PartClosed(Event):
 
 @dataclass(frozen=True)
 class PermissionAsk(Event):
-    """A tool call waits for the person."""
+    """A tool call waits for the person: why it asks, the folder it runs in, and for each
+    subject that needs an answer (bash: each simple command) the patterns "always" may store."""
     id: str
     tool: str
     input: dict
     patterns: list
+    reason: str = ""
+    folder: str = ""
+    commands: list = field(default_factory=list)  # [{"command", "shown", "patterns"}]
     TYPE: ClassVar[str] = "permission.ask"
 
 

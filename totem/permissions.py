@@ -23,6 +23,7 @@ Must not: read files, resolve paths (the caller passes `outside` and `inside`), 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import posixpath
 import re
@@ -78,6 +79,9 @@ class Decision:
     reason: str
     rule: Rule | None = None  # None when code decided (plan mode, outside, a guard, scheduled)
     subject: str | None = None  # the subject that decided (bash: the simple command)
+    # For an ask: the subjects that need an answer (bash: each simple command that asks), for
+    # which "always" may store a rule; empty when no rule could allow the call (an opaque line).
+    asks: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
         return {"action": self.action, "reason": self.reason,
@@ -95,8 +99,8 @@ class Call:
     scheduled: bool = False
     outside: bool = False  # the boundary found a path outside the project
     inside: Callable[[str], bool] | None = None  # bash: does this path argument stay inside?
-    # bash: the repository names programs (filter drivers, includes) that git would run, so the
-    # default `git status` safe forms must not apply.
+    # bash: the repository names programs (filter drivers, aliases, includes) that git would run,
+    # so the default `git status` safe forms do not apply and no wildcard rule allows git.
     git_programs: bool = False
 
 
@@ -154,10 +158,13 @@ def decide(call: Call, rules: Sequence[Rule]) -> Decision:
     # A bare string would be iterated letter by letter: take it as the one subject it is.
     subjects = (call.subjects,) if isinstance(call.subjects, str) else tuple(call.subjects) or ("",)
     if call.tool == "bash":
-        decisions = [_decide_line(line, candidates, call.inside) for line in subjects]
+        decisions = [_decide_line(line, candidates, call.inside, call.git_programs) for line in subjects]
     else:
         decisions = [_decide_subject(call.tool, subject, candidates) for subject in subjects]
     decision = _strictest(decisions)
+    if decision.action == "ask":
+        asks = tuple(dict.fromkeys(subject for item in decisions for subject in item.asks))
+        decision = dataclasses.replace(decision, asks=asks)
     if (decision.action == "ask" and call.autoaccept and call.tool in EDIT_TOOLS
             and not any(_is_env(subject) for subject in subjects)):
         decision = Decision("allow", "allowed by auto-accept edits for this session",
@@ -189,14 +196,16 @@ def matches(tool: str, pattern: str, subject: str) -> bool:
     return _match_text(pattern, subject)
 
 
-def suggest_patterns(tool: str, subject: str) -> list[str]:
+def suggest_patterns(tool: str, subject: str, inside: Callable[[str], bool] | None = None,
+                     git_programs: bool = False) -> list[str]:
     """Patterns to offer for "always", the narrowest first (the exact subject, then wider).
 
     bash: the exact command, then the program and its sub-command followed by ` *`
     (["git log --oneline", "git log *"]); nothing for a line no rule could allow. Files: the
     path, then its folder (["src/app.py", "src/**"]). mcp: "server/tool", then "server/*".
     A subject with `*` in it is never offered as an exact pattern (it would be a wildcard), and a
-    wildcard is not offered where the .env or outside guards would keep it from applying.
+    wildcard is not offered where the guards of a wildcard allow would keep it from applying
+    (`inside` and `git_programs`, as in `Call`, let the bash guards look at the disk).
     """
     if tool == "bash":
         split = split_command(subject)
@@ -205,7 +214,7 @@ def suggest_patterns(tool: str, subject: str) -> list[str]:
         argv = split.commands[0]
         prefix = argv[:2] if len(argv) > 1 and _is_subcommand(argv[1]) else argv[:1]
         exact, base, wildcard = command_text(argv), command_text(prefix), " *"
-        if _wildcard_guard(argv, None):
+        if _wildcard_guard(argv, inside) or (git_programs and posixpath.basename(argv[0]) == "git"):
             base = ""  # a wildcard would not cover this command (only an exact rule can)
     elif tool in FILE_TOOLS:
         folder = "" if _is_env(subject) else posixpath.dirname(subject)
@@ -281,11 +290,13 @@ def _strictest(decisions: list[Decision]) -> Decision:
 def _by_rule(rule: Rule, subject: str) -> Decision:
     note = _RULE_NOTES.get(rule)
     reason = f"{VERBS[rule.action]} by the {rule.layer} rule {rule.tool}: {rule.pattern}"
-    return Decision(rule.action, reason + (f" ({note})" if note else ""), rule, subject)
+    return Decision(rule.action, reason + (f" ({note})" if note else ""), rule, subject,
+                    asks=(subject,) if rule.action == "ask" else ())
 
 
 def _no_rule(tool: str, subject: str) -> Decision:
-    return Decision("ask", f"approval required: no rule covers the tool {tool}", subject=subject)
+    return Decision("ask", f"approval required: no rule covers the tool {tool}", subject=subject,
+                    asks=(subject,))
 
 
 def _guarded(rule: Rule, subject: str, what: str) -> Decision:
@@ -294,7 +305,7 @@ def _guarded(rule: Rule, subject: str, what: str) -> Decision:
         subject[:MAX_REASON_SUBJECT_CHARS] + "…")
     return Decision("ask", f"approval required: {shown} {what}, which the {rule.layer} rule "
                            f"{rule.tool}: {rule.pattern} cannot allow (only an exact rule can)",
-                    subject=subject)
+                    subject=subject, asks=(subject,))
 
 
 def _decide_subject(tool: str, subject: str, rules: Sequence[Rule]) -> Decision:
@@ -311,19 +322,24 @@ def _decide_subject(tool: str, subject: str, rules: Sequence[Rule]) -> Decision:
     return _by_rule(rule, subject)
 
 
-def _decide_line(line: str, rules: Sequence[Rule], inside) -> Decision:
+def _decide_line(line: str, rules: Sequence[Rule], inside, git_programs: bool = False) -> Decision:
     split = split_command(line)
     if not split.commands:
         return _decide_subject("bash", "", rules)
-    decision = _strictest([_decide_command(argv, rules, inside) for argv in split.commands])
-    if split.opaque and decision.action == "allow":
+    decisions = [_decide_command(argv, rules, inside, git_programs) for argv in split.commands]
+    decision = _strictest(decisions)
+    if decision.action == "ask":
+        asks = tuple(dict.fromkeys(subject for item in decisions for subject in item.asks))
+        decision = dataclasses.replace(decision, asks=asks)
+    if split.opaque and decision.action != "deny":
         return Decision("ask", "approval required: the command line is not fully understood "
                                f"({', '.join(split.opaque)}), so no rule can allow it",
                         subject=line)
     return decision
 
 
-def _decide_command(argv: tuple[str, ...], rules: Sequence[Rule], inside) -> Decision:
+def _decide_command(argv: tuple[str, ...], rules: Sequence[Rule], inside,
+                    git_programs: bool = False) -> Decision:
     text = command_text(argv)
     # A deny rule also sees the program without its folder: `rm *` denies /bin/rm -rf x.
     bare = (posixpath.basename(argv[0]), *argv[1:]) if "/" in argv[0] else None
@@ -344,6 +360,9 @@ def _decide_command(argv: tuple[str, ...], rules: Sequence[Rule], inside) -> Dec
     rule = max(found, key=_rank)
     if rule.action == "allow" and "*" in rule.pattern:
         guard = _wildcard_guard(argv, inside)
+        if not guard and git_programs and posixpath.basename(argv[0]) == "git":
+            # An alias or a filter driver of the repository can make any git command run a program.
+            guard = "runs git in a repository whose config names programs (aliases, filters, includes)"
         if guard:
             return _guarded(rule, text, guard)
     return _by_rule(rule, text)

@@ -158,6 +158,38 @@ def test_permission_always_and_denied_tool(live, page, context):
     assert [(r["tool"], r["pattern"]) for r in rules if r["layer"] == "project"] == [("bash", "git log *")]
 
 
+def test_compound_bash_question_always_per_command(live, page):
+    """A compound line's question shows the folder, the description, hidden characters written
+    out, and one choice per command that asks; "Always allow" stores a rule for each."""
+    project = live.project("compound", {"a.txt": "hello\n"})
+    session = live.session(project, "Compound")
+    open_session(page, project, session)
+    live.model.script(reply(tool_calls=[("bash", {"command": "git status && touch made && echo hi",
+                                                  "description": "Make a file"})]),
+                      reply(tool_calls=[("bash", {"command": "echo \u202eabc"})]),
+                      reply("Done."))
+    send(page, "Make it")
+    card = page.locator(".ask.permission")
+    expect(card).to_be_visible()
+    expect(card.locator(".ask-description")).to_have_text("Make a file")
+    expect(card.locator(".ask-folder")).to_contain_text(os.path.realpath(project["path"]))
+    groups = card.locator(".patterns")
+    expect(groups).to_have_count(2)
+    expect(groups.nth(0).locator(".pattern-command")).to_have_text("touch made")
+    expect(groups.nth(1).locator(".pattern-command")).to_have_text("echo hi")
+    groups.nth(1).locator("input[type=radio][value='echo hi *']").check()
+    shot(page, "permission-compound.png")
+    card.get_by_role("button", name="Always allow").click()
+    hidden = page.locator(".ask.permission")
+    expect(hidden.locator(".ask-input")).to_contain_text("<U+202E>abc")
+    expect(hidden.locator(".ask-reason")).to_contain_text("U+202E")
+    hidden.get_by_role("button", name="Reject").click()
+    expect(page.locator(".msg.assistant .md").last).to_have_text("Done.")
+    rules = live.api("permissions", query=f"projectid={project['id']}")
+    assert [(r["tool"], r["pattern"]) for r in rules if r["layer"] == "project"] == [
+        ("bash", "touch made"), ("bash", "echo hi *")]
+
+
 def test_question_in_another_session_and_todos(live, page):
     """A question that waits in a session off screen is marked in the list and answered there; the task list follows."""
     project = live.project("multi", {"a.txt": "x\n"})

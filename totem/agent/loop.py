@@ -13,12 +13,14 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
+import stat
 from dataclasses import dataclass, field
 
 from ..boundary import BoundaryError, is_protected_env, real_root, relative_path, resolve_inside
 from ..git import repository_runs_programs
-from ..errors import BadRequest
-from ..permissions import Call, Rule, decide, rule_problems, suggest_patterns
+from ..permissions import Call, Rule, decide, suggest_patterns
+from ..shellwords import reveal
 from ..events import (MessageCreated, PartClosed, PartCreated, PartDelta, PartUpdated, RunError,
                       SessionStatus, SessionUpdated, TodoUpdated)
 from ..store import now_ms, session_view
@@ -27,7 +29,7 @@ from . import client
 from .providers import redact
 from .questions import Questions
 from ..vault import Scrubber
-from .context import history_messages, load_prompt, system_message, to_ollama_native
+from .context import history_messages, load_prompt, new_marker, system_message, to_ollama_native
 from .provider_errors import ProviderError
 from .stream import (ReasoningDelta, StreamEnd, StreamError, TextDelta, ToolCall, ToolCallStarted, Usage,
                      extract_text_tool_calls)
@@ -78,6 +80,7 @@ class _Run:
     open_parts: dict[str, _OpenPart] = field(default_factory=dict)
     key: str | None = None  # the provider key, kept out of every message this run publishes
     error: str | None = None  # why the run failed, when it did
+    marker: str = field(default_factory=new_marker)  # of the data envelopes, the same at every step
 
 
 class Runs:
@@ -144,13 +147,10 @@ class Runs:
         """Answer a waiting question. Raises NotFound."""
         self.questions.reply_question(questionid, answer)
 
-    def reply_permission(self, askid: str, reply: str, pattern: str | None) -> None:
+    def reply_permission(self, askid: str, reply: str, pattern: str | None,
+                         patterns: list[str] | None = None) -> None:
         """Answer a waiting permission question. Raises NotFound, BadRequest."""
-        if reply == "always" and pattern is not None:
-            problems = rule_problems("*", pattern, "allow")
-            if problems:
-                raise BadRequest(problems)
-        self.questions.reply_permission(askid, reply, pattern)
+        self.questions.reply_permission(askid, reply, pattern, patterns)
 
     async def stop_all(self) -> None:
         for sessionid in list(self._runs):
@@ -275,7 +275,8 @@ class Runs:
         history = await self.store.session_history(run.session["id"])
         attachments = await self._attachments_of(history)
         root = real_root(run.project["path"])
-        messages = [await system_message(self.system_template, root)] + history_messages(history, attachments)
+        messages = ([await system_message(self.system_template, root, run.marker)]
+                    + history_messages(history, attachments, run.marker))
         body = {"model": target.model, **target.options}
         if target.native_ollama:
             body["messages"] = to_ollama_native(messages)
@@ -384,17 +385,21 @@ class Runs:
             await self._close_part(run, open_part, "error")
             return
         data["subjects"] = list(subjects)
-        decision = await self._decide(run, tool.name, subjects, outside, ctx.root)
+        decision, call = await self._decide(run, tool.name, subjects, outside, ctx.root)
         data["decision"] = decision.to_dict() | {"at": now_ms(), "by": "code" if decision.rule is None else "rule"}
         if decision.action == "ask":
             await self._update_part(run, open_part, "pending")
-            patterns = _suggestions(tool.name, subjects)
-            reply, pattern = await self.questions.permission(run.session["id"], tool.name, args, patterns)
+            commands = _asked(tool.name, decision, call)
+            reply, chosen = await self.questions.permission(
+                run.session["id"], tool.name, args, _flat(commands), commands=commands,
+                reason=decision.reason, folder=ctx.root)
             data["decision"].update({"action": "deny" if reply == "reject" else "allow", "by": "person",
                                      "reply": reply, "answered": now_ms()})
             if reply == "always":
-                await self.store.add_rule(run.project["id"], tool.name, pattern, "allow")
-                data["decision"]["saved"] = {"tool": tool.name, "pattern": pattern, "action": "allow"}
+                for pattern in chosen:
+                    await self.store.add_rule(run.project["id"], tool.name, pattern, "allow")
+                data["decision"]["saved"] = [{"tool": tool.name, "pattern": pattern, "action": "allow"}
+                                             for pattern in chosen]
             if reply == "reject":
                 data["decision"]["reason"] = "the person rejected this call"
         if data["decision"]["action"] == "deny":
@@ -444,7 +449,7 @@ class Runs:
                       always_ask: str | None) -> None:
         """Decide a subject met during a call; every such decision joins the part's audit."""
         root = real_root(run.project["path"])
-        decision = await self._decide(run, tool, (subject,), None, root)
+        decision, call = await self._decide(run, tool, (subject,), None, root)
         record = decision.to_dict() | {"at": now_ms(), "by": "code" if decision.rule is None else "rule"}
         open_part.part["data"].setdefault("decisions", []).append(record)
         if decision.action == "deny":
@@ -453,15 +458,18 @@ class Runs:
             return
         if always_ask:
             record["reason"] = f"{subject}: {always_ask}; asked even under an allow rule"
-        reply, pattern = await self.questions.permission(
+        commands = [] if always_ask else _asked(tool, decision, call)
+        reply, chosen = await self.questions.permission(
             run.session["id"], tool, args | ({"note": always_ask} if always_ask else {}),
-            [] if always_ask else _suggestions(tool, (subject,)))
+            _flat(commands), commands=commands, folder=root,
+            reason=record["reason"] if always_ask else decision.reason)
         record.update({"action": "deny" if reply == "reject" else "allow", "by": "person", "reply": reply,
                        "answered": now_ms()})
         if reply == "reject":
             raise ToolError(f"Denied: the person rejected {tool} of {subject}")
-        if reply == "always" and pattern and not always_ask:
-            await self.store.add_rule(run.project["id"], tool, pattern, "allow")
+        if reply == "always" and not always_ask:
+            for pattern in chosen:
+                await self.store.add_rule(run.project["id"], tool, pattern, "allow")
 
     async def _decide(self, run: _Run, tool: str, subjects: tuple[str, ...], outside: str | None, root: str):
         """The decision for one call: code rules first, then project, global and default rules."""
@@ -474,7 +482,7 @@ class Runs:
         call = Call(tool, subjects, mode=run.prompt.mode, autoaccept=run.prompt.autoaccept,
                     outside=outside is not None, inside=lambda path: _is_inside(root, path),
                     git_programs=git_programs)
-        return decide(call, project_rules + global_rules)
+        return decide(call, project_rules + global_rules), call
 
     async def _open_part(self, run: _Run, message: dict, kind: str, status: str = "streaming",
                          data: dict | None = None) -> _OpenPart:
@@ -535,21 +543,28 @@ class Runs:
 
 def _is_inside(root: str, path: str) -> bool:
     """Whether a command's path argument stays in the project and is no protected .env file
-    (also through a link: `cat notsecret` where notsecret leads to .env)."""
+    (also through a link: `cat notsecret` where notsecret leads to .env) nor a file with more
+    than one hard link."""
     try:
         resolved = resolve_inside(root, path)
-    except BoundaryError:
+        info = os.stat(resolved) if os.path.exists(resolved) else None
+    except (BoundaryError, OSError):
         return False
+    if info is not None and stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+        return False  # a hard link: its other name may be outside the project or a secret file
     return not is_protected_env(relative_path(root, resolved))
 
 
-def _suggestions(tool: str, subjects: tuple[str, ...]) -> list[str]:
-    patterns: list[str] = []
-    for subject in subjects:
-        for pattern in suggest_patterns(tool, subject):
-            if pattern not in patterns:
-                patterns.append(pattern)
-    return patterns
+def _asked(tool: str, decision, call: Call) -> list[dict]:
+    """What the question lists: each subject that needs an answer (bash: each simple command
+    that asks), shown with its hidden characters revealed, and the patterns "always" may store."""
+    return [{"command": subject, "shown": reveal(subject),
+             "patterns": suggest_patterns(tool, subject, call.inside, call.git_programs)}
+            for subject in decision.asks]
+
+
+def _flat(commands: list[dict]) -> list[str]:
+    return list(dict.fromkeys(pattern for item in commands for pattern in item["patterns"]))
 
 
 def _canonical(arguments: str) -> str:

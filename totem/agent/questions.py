@@ -9,10 +9,11 @@ removed session) counts as rejected. It decides nothing about rules: the loop do
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..errors import BadRequest, NotFound
 from ..events import PermissionAsk, PermissionReplied, QuestionAsk, QuestionReplied
+from ..permissions import rule_problems
 
 PERMISSION_REPLIES = ("once", "always", "reject")
 
@@ -23,6 +24,8 @@ class _Waiting:
     kind: str  # permission | question
     future: asyncio.Future
     patterns: list[str]
+    tool: str = ""
+    commands: list[dict] = field(default_factory=list)
 
 
 class Questions:
@@ -33,14 +36,22 @@ class Questions:
         self.new_id = new_id
         self._waiting: dict[str, _Waiting] = {}
 
-    async def permission(self, sessionid: str, tool: str, args: dict, patterns: list[str]) -> tuple[str, str | None]:
-        """Ask whether a tool call may run; returns (reply, pattern). Cancelled → rejected."""
+    async def permission(self, sessionid: str, tool: str, args: dict, patterns: list[str], *,
+                         commands: list[dict] | None = None, reason: str = "",
+                         folder: str = "") -> tuple[str, list[str]]:
+        """Ask whether a tool call may run; returns (reply, the patterns to always allow).
+
+        `commands`: per subject that needs an answer, `{command, shown, patterns}`; "always"
+        without patterns of its own takes the first suggestion of each. Cancelled → rejected.
+        """
         askid = self.new_id()
-        waiting = _Waiting(sessionid, "permission", asyncio.get_running_loop().create_future(), patterns)
+        commands = commands or []
+        waiting = _Waiting(sessionid, "permission", asyncio.get_running_loop().create_future(),
+                           patterns, tool, commands)
         self._waiting[askid] = waiting
-        self.hub.publish(PermissionAsk(sessionid, askid, tool, args, patterns))
+        self.hub.publish(PermissionAsk(sessionid, askid, tool, args, patterns, reason, folder, commands))
         try:
-            reply, pattern = await waiting.future
+            reply, chosen = await waiting.future
         except asyncio.CancelledError:
             # The run ended (abort, removed session) while waiting: the question ends rejected.
             self.hub.publish(PermissionReplied(sessionid, askid, "reject"))
@@ -48,7 +59,7 @@ class Questions:
         finally:
             self._waiting.pop(askid, None)
         self.hub.publish(PermissionReplied(sessionid, askid, reply))
-        return reply, pattern
+        return reply, chosen
 
     async def question(self, sessionid: str, text: str, options: list[str]) -> str:
         """Ask the person a question; returns the answer. Cancelled → the question is dropped."""
@@ -62,16 +73,32 @@ class Questions:
             self._waiting.pop(questionid, None)
             self.hub.publish(QuestionReplied(sessionid, questionid))
 
-    def reply_permission(self, askid: str, reply: str, pattern: str | None) -> None:
-        """Answer a permission question. Raises NotFound, BadRequest (a pattern for "always")."""
+    def reply_permission(self, askid: str, reply: str, pattern: str | None,
+                         patterns: list[str] | None = None) -> None:
+        """Answer a permission question. "always" stores a rule for each pattern given
+        (`patterns`, or the one `pattern`), by default the first suggestion of each subject that
+        asked; every pattern must be a valid allow rule of the question's tool.
+
+        Raises NotFound, BadRequest (no pattern for "always", or one that is not valid).
+        """
         waiting = self._waiting.get(askid)
         if waiting is None or waiting.kind != "permission" or waiting.future.done():
             raise NotFound(("id", f"no permission question {askid} is waiting"))
+        chosen: list[str] = []
         if reply == "always":
-            pattern = pattern or (waiting.patterns[0] if waiting.patterns else None)
-            if not pattern:
+            chosen = list(patterns or ([pattern] if pattern else []))
+            if not chosen:
+                chosen = [item["patterns"][0] for item in waiting.commands if item.get("patterns")]
+            if not chosen and waiting.patterns:
+                chosen = [waiting.patterns[0]]
+            if not chosen:
                 raise BadRequest(("pattern", "is required to always allow"))
-        waiting.future.set_result((reply, pattern))
+            problems = [(name, f"{candidate}: {why}") for candidate in dict.fromkeys(chosen)
+                        for name, why in rule_problems(waiting.tool, candidate, "allow")]
+            if problems:
+                raise BadRequest([("patterns" if patterns else "pattern", why) for _, why in problems])
+            chosen = list(dict.fromkeys(chosen))
+        waiting.future.set_result((reply, chosen))
 
     def reply_question(self, questionid: str, answer: str) -> None:
         """Answer a question of the ask tool. Raises NotFound."""

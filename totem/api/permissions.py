@@ -9,11 +9,12 @@ grant itself rights.
 from __future__ import annotations
 
 from ..errors import BadRequest, NotFound
-from ..permissions import ACTIONS as RULE_ACTIONS, default_rules, rule_problems
+from ..permissions import ACTIONS as RULE_ACTIONS, MAX_PATTERN_CHARS, default_rules, rule_problems
 from . import Action, success
 from .projects import require_project
 
 REPLIES = ("once", "always", "reject")
+MAX_ALWAYS_PATTERNS = 50  # one per simple command of a line that asked
 
 
 def rule_view(row: dict, layer: str) -> dict:
@@ -67,11 +68,12 @@ async def remove_permission(ctx):
 
 
 async def reply_permission(ctx):
-    body = await ctx.body(("reply", "pattern"))
+    body = await ctx.body(("reply", "pattern", "patterns"))
     reply = body.choice("reply", REPLIES, required=True)
-    pattern = body.text("pattern", max_chars=1000, strip=False)
+    pattern = body.text("pattern", max_chars=MAX_PATTERN_CHARS, strip=False)
+    patterns = body.texts("patterns", MAX_ALWAYS_PATTERNS, max_chars=MAX_PATTERN_CHARS)
     body.done()
-    ctx.app.runs.reply_permission(ctx.id, reply, pattern)
+    ctx.app.runs.reply_permission(ctx.id, reply, pattern, patterns)
     return success(ctx.id)
 
 

@@ -91,6 +91,23 @@ class Input:
             return default
         return value
 
+    def texts(self, name: str, max_items: int, max_chars: int = MAX_TEXT_CHARS, default=None):
+        """A list of non-empty texts (each as `text()` checks it, not stripped)."""
+        value = self._get(name, False)
+        if value is _MISSING:
+            return default
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            self.errors.append((name, "must be a list of texts"))
+            return default
+        if not value or len(value) > max_items:
+            self.errors.append((name, f"must hold from 1 to {max_items} texts"))
+            return default
+        for item in value:
+            if not item or len(item) > max_chars or "\x00" in item:
+                self.errors.append((name, f"each must be 1 to {max_chars} characters, with no NUL"))
+                return default
+        return value
+
     def done(self) -> None:
         """Raises BadRequest listing every problem found, if any."""
         if self.errors:
