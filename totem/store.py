@@ -22,6 +22,7 @@ DATABASE_FILE = "totem.db"
 READ_THREADS = 2
 MAX_WRITE_BATCH = 256
 BUSY_TIMEOUT_MS = 10_000
+MAX_SQL_VARIABLES = 900  # ids per IN (...) list, under every sqlite build's limit
 ID_ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyz"
 
 # Each entry moves the schema one version up; never edit one that has shipped.
@@ -136,6 +137,16 @@ MIGRATIONS = (
     # 2: why a session's last run failed, for whoever opens the session later.
     """
     ALTER TABLE sessions ADD COLUMN error TEXT;
+    """,
+    # 3: streamed text stored as the pieces each flush appended, so a long answer is written
+    # once instead of whole at every flush; a part's text is its own column then its pieces.
+    """
+    CREATE TABLE part_texts (
+        partid TEXT NOT NULL REFERENCES parts(id) ON DELETE CASCADE,
+        seq INTEGER NOT NULL,
+        text TEXT NOT NULL,
+        PRIMARY KEY (partid, seq)
+    ) WITHOUT ROWID;
     """,
 )
 
@@ -424,6 +435,7 @@ class Store:
                     f"SELECT * FROM parts WHERE messageid IN ({marks}) ORDER BY id", [r["id"] for r in rows]))
             else:
                 parts = []
+            _join_pieces(c, parts)
             by_message: dict[str, list] = {r["id"]: [] for r in rows}
             for part in parts:
                 by_message[part["messageid"]].append(_decode_part(part))
@@ -459,10 +471,16 @@ class Store:
         return await self.write(run)
 
     async def update_part(self, partid: str, *, text: str | None = None, status: str | None = None,
-                          data: dict | None = None, close: bool = False) -> dict | None:
-        """Change a part; `close` stamps it complete. Returns the part, None when it is gone."""
+                          data: dict | None = None, close: bool = False,
+                          append: str | None = None) -> dict | None:
+        """Change a part; `text` replaces its whole text (pieces included), `append` adds a piece,
+        `close` stamps it complete. Returns the part with its text, None when it is gone."""
         def run(c):
             stamp = now_ms()
+            if text is not None:
+                c.execute("DELETE FROM part_texts WHERE partid = ?", (partid,))
+            if append:
+                _add_piece(c, partid, append)
             sets, values = ["updated = ?"], [stamp]
             for column, value in (("text", text), ("status", status)):
                 if value is not None:
@@ -476,15 +494,20 @@ class Store:
                 values.append(stamp)
             c.execute(f"UPDATE parts SET {', '.join(sets)} WHERE id = ?", (*values, partid))
             row = _row(c.execute("SELECT * FROM parts WHERE id = ?", (partid,)))
+            if row:
+                _join_pieces(c, [row])
             return _decode_part(row) if row else None
         return await self.write(run)
 
-    async def flush_part_texts(self, texts: list[tuple[str, str]]) -> None:
-        """Store the text streamed so far into open parts, in one transaction."""
-        stamp = now_ms()
-        await self.write(lambda c: c.executemany(
-            "UPDATE parts SET text = ?, updated = ? WHERE id = ? AND closed IS NULL",
-            [(text, stamp, partid) for partid, text in texts]))
+    async def append_part_texts(self, pieces: list[tuple[str, str]]) -> None:
+        """Store text streamed into open parts since their last flush, in one transaction: each
+        as a new piece of its part (a closed or removed part takes none)."""
+        def run(c):
+            for partid, text in pieces:
+                if text and c.execute("SELECT 1 FROM parts WHERE id = ? AND closed IS NULL",
+                                      (partid,)).fetchone():
+                    _add_piece(c, partid, text)
+        await self.write(run)
 
     async def finish_message(self, messageid: str, usage: dict | None, data: dict) -> None:
         await self.write(lambda c: c.execute(
@@ -660,6 +683,28 @@ def _decode_message(row: dict) -> dict:
 def _decode_provider(row: dict) -> dict:
     row["data"] = json.loads(row["data"]) if row.get("data") else {}
     return row
+
+
+def _add_piece(c, partid: str, text: str) -> None:
+    c.execute("INSERT INTO part_texts (partid, seq, text) VALUES (?, (SELECT coalesce(max(seq), 0) + 1 "
+              "FROM part_texts WHERE partid = ?), ?)", (partid, partid, text))
+
+
+def _join_pieces(c, parts: list[dict]) -> None:
+    """Each part's text followed by its stored pieces, in order."""
+    if not parts:
+        return
+    by_id = {part["id"]: part for part in parts}
+    ids = list(by_id)
+    for start in range(0, len(ids), MAX_SQL_VARIABLES):
+        chunk = ids[start:start + MAX_SQL_VARIABLES]
+        marks = ",".join("?" * len(chunk))
+        found: dict[str, list[str]] = {}
+        for partid, text in c.execute(f"SELECT partid, text FROM part_texts WHERE partid IN ({marks}) "
+                                      "ORDER BY partid, seq", chunk):
+            found.setdefault(partid, []).append(text)
+        for partid, texts in found.items():
+            by_id[partid]["text"] = (by_id[partid]["text"] or "") + "".join(texts)
 
 
 def _decode_part(row: dict) -> dict:

@@ -1,0 +1,115 @@
+"""The permission gate: the whole life of one decision, from the candidate rules to the reply.
+
+Owns assembling the rules a call is decided under (the project's, the global ones of the
+database and of config.ini; permissions.py adds the defaults), the facts the pure decision needs
+from the disk (does a path argument stay inside, does the repository name programs), asking the
+person when the decision is ask (through `Questions`), and storing what "always" chose, under
+the tool that asked. Every decision becomes an audit record for the tool part. Plan mode and
+unattended runs are refused inside `permissions.decide`, from the facts given here.
+
+Must not: run tools, publish anything but through `Questions`, or decide itself (permissions.py
+does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from ..boundary import BoundaryError, is_protected_env, relative_path, resolve_inside
+from ..git import repository_runs_programs
+from ..permissions import Call, Decision, Rule, decide, suggest_patterns
+from ..shellwords import reveal
+from ..store import now_ms
+from .questions import Questions
+
+
+@dataclass(frozen=True)
+class Asker:
+    """Who a run asks, and the facts of the run a decision depends on."""
+
+    sessionid: str
+    projectid: str
+    root: str  # the project folder, links resolved
+    mode: str = "build"
+    autoaccept: bool = False
+    scheduled: bool = False
+
+
+class PermissionGate:
+    """Decides tool calls and the subjects met during a call, asking the person when needed."""
+
+    def __init__(self, store, questions: Questions, config_rules=()):
+        self.store = store
+        self.questions = questions
+        self.config_rules = tuple(config_rules)
+
+    async def rules(self, projectid: str) -> list[Rule]:
+        """The candidate rules of a project's calls: its own, then the global ones."""
+        project = [Rule(r["tool"], r["pattern"], r["action"], "project", r["id"])
+                   for r in await self.store.list_rules(projectid)]
+        stored = [Rule(r["tool"], r["pattern"], r["action"], "global", r["id"])
+                  for r in await self.store.list_rules(None)]
+        configured = [Rule(tool, pattern, action, "global") for tool, pattern, action in self.config_rules]
+        return project + stored + configured
+
+    async def decide(self, asker: Asker, tool: str, subjects: tuple[str, ...],
+                     outside: bool = False) -> tuple[Decision, Call]:
+        """The decision for one call under the current rules, and the call it was made for."""
+        root = asker.root
+        git_programs = tool == "bash" and await asyncio.to_thread(repository_runs_programs, root)
+        call = Call(tool, subjects, mode=asker.mode, autoaccept=asker.autoaccept, scheduled=asker.scheduled,
+                    outside=outside, inside=lambda path: stays_inside(root, path), git_programs=git_programs)
+        return decide(call, await self.rules(asker.projectid)), call
+
+    async def settle(self, asker: Asker, tool: str, subjects: tuple[str, ...], args: dict, *,
+                     outside: bool = False, always_ask: str | None = None,
+                     before_ask: Callable[[], Awaitable[None]] | None = None) -> dict:
+        """Decide, ask the person when the decision is ask (or always, with `always_ask` saying
+        why), store what "always" chose; returns the audit record, whose `action` is allow or
+        deny once settled. A rejected question ends as deny with `reply: reject`."""
+        decision, call = await self.decide(asker, tool, subjects, outside)
+        record = decision.to_dict() | {"at": now_ms(), "by": "code" if decision.rule is None else "rule"}
+        if decision.action == "deny" or (decision.action == "allow" and not always_ask):
+            return record
+        if always_ask:
+            record["reason"] = f"{subjects[0]}: {always_ask}; asked even under an allow rule"
+        commands = [] if always_ask else asked(tool, decision, call)
+        if before_ask is not None:
+            await before_ask()
+        reply, chosen = await self.questions.permission(
+            asker.sessionid, tool, args | ({"note": always_ask} if always_ask else {}),
+            list(dict.fromkeys(p for item in commands for p in item["patterns"])), commands=commands,
+            reason=record["reason"], folder=asker.root)
+        record.update({"action": "deny" if reply == "reject" else "allow", "by": "person", "reply": reply,
+                       "answered": now_ms()})
+        if reply == "always" and not always_ask:
+            for pattern in chosen:
+                await self.store.add_rule(asker.projectid, tool, pattern, "allow")
+            record["saved"] = [{"tool": tool, "pattern": pattern, "action": "allow"} for pattern in chosen]
+        return record
+
+
+def asked(tool: str, decision: Decision, call: Call) -> list[dict]:
+    """What a question lists: each subject that needs an answer (bash: each simple command that
+    asks), shown with its hidden characters written out, and the patterns "always" may store."""
+    return [{"command": subject, "shown": reveal(subject),
+             "patterns": suggest_patterns(tool, subject, call.inside, call.git_programs)}
+            for subject in decision.asks]
+
+
+def stays_inside(root: str, path: str) -> bool:
+    """Whether a command's path argument stays in the project and is no protected secret file
+    (also through a link: `cat notsecret` where notsecret leads to .env) nor a file with more
+    than one hard link (its other name may be outside or a secret)."""
+    try:
+        resolved = resolve_inside(root, path)
+        info = os.stat(resolved) if os.path.exists(resolved) else None
+    except (BoundaryError, OSError):
+        return False
+    if info is not None and stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+        return False
+    return not is_protected_env(relative_path(root, resolved))

@@ -1,0 +1,72 @@
+"""What a prompt leaves in a session: the user message with its attachments, and the session's
+name from its first line; and the attachments a history refers to.
+
+Must not: start runs or call models (loop.py does).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..events import MessageCreated, SessionUpdated
+from ..store import session_view
+
+SESSION_NAME_CHARS = 60
+DEFAULT_SESSION_NAME = "New session"
+
+
+@dataclass
+class Prompt:
+    """What a person sent: text, options and files (name, mime, bytes)."""
+
+    text: str
+    model: str
+    mode: str = "build"
+    autoaccept: bool = False
+    reasoning: str | None = None
+    attachments: list[tuple[str, str, bytes]] = field(default_factory=list)
+
+
+async def store_user_message(store, hub, session: dict, prompt: Prompt) -> dict:
+    """Store the prompt as a user message (its attachments first referenced by it), remember
+    the session's options, announce the message, and name a new session after it."""
+    sessionid = session["id"]
+    messageid = store.ids.new()
+    files = []
+    if prompt.attachments:
+        # The message row must exist before its attachments reference it.
+        message = await store.add_message(sessionid, "user", data={}, newid=messageid)
+        files = await store.add_attachments(sessionid, messageid, prompt.attachments)
+        await store.finish_message(messageid, None, {"attachments": files})
+    else:
+        message = await store.add_message(sessionid, "user", newid=messageid)
+    part = await store.add_part(messageid, sessionid, "text", "done", prompt.text, closed=True)
+    message["data"] = {"attachments": files} if files else {}
+    message["parts"] = [part]
+    await store.set_session_options(sessionid, prompt.model, prompt.mode, prompt.autoaccept)
+    hub.publish(MessageCreated(sessionid, message))
+    await _name_session(store, hub, session, prompt)
+    return message
+
+
+async def _name_session(store, hub, session: dict, prompt: Prompt) -> None:
+    if session["name"] != DEFAULT_SESSION_NAME or await store.count_messages(session["id"]) != 1:
+        return
+    first_line = prompt.text.strip().splitlines()[0] if prompt.text.strip() else ""
+    name = first_line[:SESSION_NAME_CHARS].strip() or (prompt.attachments[0][0] if prompt.attachments else "")
+    if not name:
+        return
+    row = await store.rename_session(session["id"], name)
+    if row is not None:
+        hub.publish(SessionUpdated(session["id"], session_view(row)))
+
+
+async def attachments_of(store, history: list[dict]) -> dict[str, list[dict]]:
+    """The stored attachments of each user message of a history, by message id."""
+    result = {}
+    for message in history:
+        files = message["data"].get("attachments") if message["role"] == "user" else None
+        if files:
+            rows = [await store.get_attachment(f["id"]) for f in files]
+            result[message["id"]] = [row for row in rows if row is not None]
+    return result
