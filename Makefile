@@ -1,9 +1,9 @@
-# `make run` and `make test` do all the set-up on a fresh machine.
+# `make run`, `make check` and `make test` do all the set-up on a fresh machine.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test bench clean system-packages
+.PHONY: run check test bench clean system-packages
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,11 @@ system-packages:
 	@command -v dash >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq dash >/dev/null; }
 	@command -v bash >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq bash >/dev/null; }
 	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+# Lint and type-check (configured in pyproject.toml): ruff over the tree, mypy over the package.
+check: $(VENV)/.dev
+	$(BIN)/ruff check .
+	$(BIN)/mypy totem
 
 test: $(VENV)/.dev system-packages
 	PYTHONASYNCIODEBUG=1 $(BIN)/python -X dev -W error -m pytest -q tests

@@ -12,10 +12,27 @@ import pytest
 
 from totem import boundary
 from totem.permissions import (
-    ACTIONS, CHANGING_TOOLS, FILE_TOOLS, LAYERS, MAX_PATTERN_CHARS, SCHEDULED_REASON, Call,
-    Decision, Rule, command_text, decide, default_rules, matches, rule_problems, split_command,
-    suggest_patterns)
+    ACTIONS, LAYERS, MAX_PATTERN_CHARS, PATH, SCHEDULED_REASON, Call, Decision, Rule, ToolKind,
+    command_text, decide, default_rules, matches, rule_problems as problems_of, split_command,
+    suggest_patterns as suggest_for)
 from totem.shellwords import MAX_DEPTH
+from totem.tools import tool_kinds
+
+KINDS = tool_kinds()  # what the built-in tools declare
+CHANGING_TOOLS = sorted(name for name, kind in KINDS.items() if kind.changes)
+FILE_TOOLS = tuple(name for name, kind in KINDS.items() if kind.subject == PATH)
+
+
+def kind_of(tool: str) -> ToolKind:
+    return KINDS.get(tool) or Call(tool, ()).kind
+
+
+def rule_problems(tool, pattern, action):
+    return problems_of(tool, pattern, action, KINDS)
+
+
+def suggest_patterns(tool, subject):
+    return suggest_for(kind_of(tool), subject)
 
 ROOT = "/project"
 
@@ -35,7 +52,7 @@ def glob(tool: str, pattern: str, action: str) -> Rule:
 
 def run(tool: str, *subjects: str, rules=(), **options) -> Decision:
     options.setdefault("inside", inside)
-    return decide(Call(tool, subjects, **options), list(rules))
+    return decide(Call(tool, subjects, kind_of(tool), **options), list(rules))
 
 
 def bash(line: str, rules=(), **options) -> Decision:
@@ -113,10 +130,18 @@ def test_defaults_unknown_tool_asks():
 
 
 def test_constants_interface():
-    """The constants the loop and the API are written against."""
+    """The constants the loop and the API are written against, and what the tools declare."""
     assert ACTIONS == ("allow", "ask", "deny") and LAYERS == ("project", "global", "default")
-    assert FILE_TOOLS == ("read", "glob", "grep", "write", "edit", "patch", "skill")
-    assert CHANGING_TOOLS == {"write", "edit", "patch", "bash", "mcp", "mcp-start", "jobstop"}
+    assert sorted(FILE_TOOLS) == ["edit", "glob", "grep", "patch", "read", "skill", "write"]
+    assert CHANGING_TOOLS == ["bash", "edit", "jobstop", "mcp", "mcp-start", "patch", "write"]
+    assert sorted(name for name, kind in KINDS.items() if kind.edits) == ["edit", "patch", "write"]
+    assert sorted(name for name, kind in KINDS.items() if kind.searches) == ["glob", "grep"]
+
+
+def test_unknown_tool_is_decided_as_strictly_as_possible():
+    """A Call without a declaration is taken as a tool that changes things: Plan mode denies it."""
+    assert decide(Call("frobnicate", ("x",)), []).action == "ask"
+    assert decide(Call("frobnicate", ("x",), mode="plan"), []).action == "deny"
 
 
 # --- specificity and layers ---------------------------------------------------------------
@@ -236,7 +261,7 @@ MATCH_CASES = [
 @pytest.mark.parametrize("tool,pattern,subject,expected", MATCH_CASES)
 def test_matches_table(tool, pattern, subject, expected):
     """Globbing: * within a segment, ** across segments; bash and hosts: * is any text."""
-    assert matches(tool, pattern, subject) is expected
+    assert matches(kind_of(tool), pattern, subject) is expected
 
 
 def test_matches_fetch_decision_by_host():
@@ -492,7 +517,7 @@ def test_bash_trailing_star_rule_covers_bare_command():
 
 def test_decide_string_subjects_taken_whole():
     """A command line passed as a bare string is decided whole, not letter by letter."""
-    decision = decide(Call("bash", "git status"), [])
+    decision = decide(Call("bash", "git status", kind_of("bash")), [])
     assert (decision.action, decision.subject) == ("allow", "git status")
 
 
@@ -610,7 +635,7 @@ def test_command_text_quotes_only_what_needs_it():
 
 # --- plan mode, auto-accept, scheduled ---------------------------------------------------
 
-@pytest.mark.parametrize("tool", sorted(CHANGING_TOOLS))
+@pytest.mark.parametrize("tool", CHANGING_TOOLS)
 def test_plan_mode_denies_changing_tools(tool):
     """Plan mode denies in code every tool that changes files or runs a command, over any allow."""
     decision = run(tool, "x", mode="plan", rules=[project("*", "**", "allow")])
@@ -708,7 +733,7 @@ def test_suggest_patterns_match_their_subject():
         if tool == "bash" and expected:
             subject = command_text(split_command(subject).commands[0])
         for pattern in expected:
-            assert matches(tool, pattern, subject), (pattern, subject)
+            assert matches(kind_of(tool), pattern, subject), (pattern, subject)
 
 
 PROBLEMS = [
@@ -720,8 +745,8 @@ PROBLEMS = [
     (("bash", "   ", "allow"), [("pattern", "must not be empty")]),
     (("bash", "ls", "maybe"), [("action", "must be allow, ask or deny")]),
     (("", "ls", "allow"), [("tool", "is required")]),
-    (("shell", "ls", "allow"), [("tool", "must be * or one of: read, glob, grep, write, edit, "
-                                         "patch, skill, todo, ask, bash, fetch, mcp, mcp-start, "
+    (("shell", "ls", "allow"), [("tool", "must be * or one of: read, glob, grep, skill, todo, "
+                                         "ask, fetch, write, edit, patch, bash, mcp, mcp-start, "
                                          "jobstop")]),
     (("bash", "ls\x00", "allow"), [("pattern", "must not contain a NUL character")]),
     (("bash", "ls\n-la", "allow"), [("pattern", "must not contain control characters")]),

@@ -49,6 +49,9 @@ from dataclasses import dataclass
 import pytest
 
 from totem.permissions import Call, Rule, decide, split_command
+from totem.tools import tool_kinds
+
+BASH = tool_kinds()["bash"]
 
 SEED = int(os.environ.get("TOTEM_DIFF_SEED", "20240601"))
 LINES = int(os.environ.get("TOTEM_DIFF_LINES", "4000"))
@@ -526,7 +529,7 @@ def _shells() -> dict[str, str]:
 
 def _allowing(line: str, inside) -> list[str]:
     return [name for name, rules in RULE_SETS.items()
-            if decide(Call("bash", (line,), inside=inside), rules).action == "allow"]
+            if decide(Call("bash", (line,), BASH, inside=inside), rules).action == "allow"]
 
 
 def test_shell_differential_no_misread_or_bypass():
@@ -622,7 +625,7 @@ KNOWN_BYPASSES = ("ls &>/dev/null rm -r src", "git status&>/dev/null rm x", "ech
 def test_shell_differential_known_bypass_not_allowed(line, rules, tmp_path):
     """A line that the shells, or a shell and the splitter, read differently is never allowed."""
     inside = inside_of(os.path.realpath(tmp_path))
-    assert decide(Call("bash", (line,), inside=inside), rules).action != "allow"
+    assert decide(Call("bash", (line,), BASH, inside=inside), rules).action != "allow"
 
 
 def test_shell_differential_safety_filter():

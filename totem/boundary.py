@@ -13,6 +13,7 @@ looks at the text of the path only.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 MAX_PATH_CHARS = 4096
 
@@ -105,7 +106,7 @@ def is_protected_env(relative: str) -> bool:
                for core in _unwrapped(name))
 
 
-def _unwrapped(name: str):
+def _unwrapped(name: str) -> Iterator[str]:
     """The name, and the name with one backup prefix, one backup suffix or both taken off."""
     heads = [name] + [name[len(prefix):] for prefix in ENV_BACKUP_PREFIXES if name.startswith(prefix)]
     for head in heads:

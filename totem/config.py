@@ -118,6 +118,7 @@ KEYS = (
     Key("failures", _int_range(1, 1000), "10"),
     Key("blockminutes", _int_range(1, 1440), "5"),
     Key("wsqueue", _int_range(16, 1_000_000), "4096"),
+    Key("wsqueuebytes", _int_range(65_536, 1 << 30), str(8 << 20)),
     Key("wsping", _int_range(1, 3600), "20"),
     Key("steps", _int_range(1, 1000), "50"),
 )
@@ -146,6 +147,7 @@ class Config:
     failures: int
     blockminutes: int
     wsqueue: int
+    wsqueuebytes: int
     wsping: int
     steps: int
     rules: tuple = ()  # global permission rules of [rules]: (tool, pattern, action)
@@ -177,7 +179,8 @@ def parse_rule(name: str, text: str) -> tuple[str, str, str]:
                           f"not {text.strip()!r}")
     action, tool, pattern = parts
     from .permissions import rule_problems  # pure; only needed when rules are configured
-    problems = rule_problems(tool, pattern, action)
+    from .tools import tool_kinds
+    problems = rule_problems(tool, pattern, action, tool_kinds())
     if problems:
         raise ConfigError(f"config: rule '{name}': {problems[0][0]} {problems[0][1]}")
     return tool, pattern, action

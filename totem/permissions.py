@@ -1,12 +1,14 @@
 """The permission decision: rules, matching, the built-in defaults and `decide()`.
 
-A pure module: no I/O, no clock, no state. The agent loop builds a `Call` for each tool call,
-passes the project and global rules, and acts on the `Decision`; the API lists `default_rules()`,
-validates new rules with `rule_problems()` and offers `suggest_patterns()` in `permission.ask`.
+A pure module: no I/O, no clock, no state. The permission gate builds a `Call` for each tool
+call, with the tool's `ToolKind` (each tool declares what its subjects are, whether it changes
+things, whether auto-accept applies to it): this module keeps no list of tools of its own. It
+passes the project and global rules and acts on the `Decision`; the API lists
+`default_rules()`, validates new rules with `rule_problems()` and offers `suggest_patterns()`.
 
 The order of a decision (DESIGN.md, "Permission decision"):
-1. Code first: a path outside the project is denied; Plan mode denies every tool that changes
-   files or runs a command (CHANGING_TOOLS).
+1. Code first: a path outside the project is denied; Plan mode denies every tool whose kind
+   `changes` files or runs a command.
 2. Rules: the project rules, the global rules and the defaults (the table of the security text as
    real rules). The most specific matching rule wins: an exact pattern beats any wildcard; among
    wildcards, more literal characters; then deny; then the earlier layer; then ask over allow.
@@ -15,7 +17,8 @@ The order of a decision (DESIGN.md, "Permission decision"):
 3. Guards on a wildcard allow (an exact rule still decides): a subject that names a protected
    .env file asks (file path, or any argument of a command); so does a command whose arguments
    lead outside the project (absolute, `~`, `..`, or refused by `Call.inside`).
-4. Auto-accept turns ask into allow for write, edit and patch, never for a .env file; then a
+4. Auto-accept turns ask into allow for the kinds that `edits` (write, edit, patch), never for a
+   protected file; then a
    scheduled run turns any remaining ask into deny (no person is there to answer).
 
 Must not: read files, resolve paths (the caller passes `outside` and `inside`), ask the person.
@@ -27,33 +30,58 @@ import dataclasses
 import functools
 import posixpath
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypedDict
 
 from . import boundary
 from .programs import risky_use
 from .shellwords import Split, command_text, split_command
 
 __all__ = [
-    "ACTIONS", "LAYERS", "FILE_TOOLS", "CHANGING_TOOLS", "TOOLS", "Rule", "Decision", "Call",
+    "ACTIONS", "LAYERS", "ToolKind", "PATH", "COMMAND", "HOST", "CALL", "TEXT", "Rule", "Decision", "Call",
     "Split", "default_rules", "decide", "split_command", "command_text", "suggest_patterns",
-    "matches", "rule_problems"]
+    "matches", "rule_problems", "RuleRow", "DecisionRow", "Inside"]
 
 ACTIONS = ("allow", "ask", "deny")
 LAYERS = ("project", "global", "default")
-FILE_TOOLS = ("read", "glob", "grep", "write", "edit", "patch", "skill")
-CHANGING_TOOLS = frozenset({"write", "edit", "patch", "bash", "mcp", "mcp-start", "jobstop"})
-EDIT_TOOLS = frozenset({"write", "edit", "patch"})  # what auto-accept may allow
-TOOLS = FILE_TOOLS + ("todo", "ask", "bash", "fetch", "mcp", "mcp-start", "jobstop")
+# What a tool's subjects are, as its kind declares them (ToolKind.subject).
+PATH = "path"  # project-relative paths: `*` within a folder, `**` across folders
+COMMAND = "command"  # a command line, split into simple commands and matched word by word
+HOST = "host"  # a host name, without case
+CALL = "call"  # `server/tool` of an MCP server
+TEXT = "text"  # anything else: `*` is any text
 MAX_PATTERN_CHARS = 1000
 MAX_REASON_SUBJECT_CHARS = 200  # a reason quotes at most this much of a command or path
 SEVERITY = {"allow": 0, "ask": 1, "deny": 2}
 VERBS = {"allow": "allowed", "ask": "approval required", "deny": "denied"}
 SCHEDULED_REASON = "no person is here to approve (scheduled run)"
 GLOB_CHARS = "*?["
-SEARCH_TOOLS = frozenset({"glob", "grep"})
 # `ls` flags that only change how a listing looks (no -L: it follows links out of the project).
 SAFE_LS_FLAGS = frozenset("1aAdFhlrRStu")
+
+# bash: does this path argument stay inside the project? (It may raise ValueError or OSError
+# for a path the boundary refuses, which counts as outside.)
+Inside = Callable[[str], bool]
+
+
+class RuleRow(TypedDict):
+    """A rule as the API lists it (`Rule.to_dict()`)."""
+
+    id: str | None
+    tool: str
+    pattern: str
+    action: str
+    layer: str
+
+
+class DecisionRow(TypedDict):
+    """A decision as the audit record and the API show it (`Decision.to_dict()`)."""
+
+    action: str
+    reason: str
+    rule: RuleRow | None
+    subject: str | None
 
 
 @dataclass(frozen=True)
@@ -66,7 +94,7 @@ class Rule:
     layer: str
     id: str | None = None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> RuleRow:
         return {"id": self.id, "tool": self.tool, "pattern": self.pattern, "action": self.action,
                 "layer": self.layer}
 
@@ -83,9 +111,19 @@ class Decision:
     # which "always" may store a rule; empty when no rule could allow the call (an opaque line).
     asks: tuple[str, ...] = ()
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> DecisionRow:
         return {"action": self.action, "reason": self.reason,
                 "rule": self.rule.to_dict() if self.rule else None, "subject": self.subject}
+
+
+@dataclass(frozen=True)
+class ToolKind:
+    """What a tool declares to the permission engine (tools/__init__.py gathers them)."""
+
+    subject: str  # PATH, COMMAND, HOST, CALL or TEXT
+    changes: bool  # it changes files or runs a command: Plan mode denies it
+    edits: bool = False  # auto-accept edits may turn its ask into allow
+    searches: bool = False  # it searches contents and skips protected files in code: never asked for them
 
 
 @dataclass(frozen=True)
@@ -93,12 +131,13 @@ class Call:
     """One tool call as the permission check sees it."""
 
     tool: str
-    subjects: tuple[str, ...]  # file tools: relative paths; bash: one command line; fetch: host
+    subjects: tuple[str, ...]  # paths, one command line, a host ... as `kind.subject` says
+    kind: ToolKind = ToolKind(TEXT, changes=True)  # the tool's declaration (unknown: the strictest)
     mode: str = "build"  # build | plan (anything but "build" is treated as plan)
     autoaccept: bool = False
     scheduled: bool = False
     outside: bool = False  # the boundary found a path outside the project
-    inside: Callable[[str], bool] | None = None  # bash: does this path argument stay inside?
+    inside: Inside | None = None  # bash: does this path argument stay inside?
     # bash: the repository names programs (filter drivers, aliases, includes) that git would run,
     # so the default `git status` safe forms do not apply and no wildcard rule allows git.
     git_programs: bool = False
@@ -145,7 +184,8 @@ def decide(call: Call, rules: Sequence[Rule]) -> Decision:
     """
     if call.outside:
         return Decision("deny", "denied: the path is outside the project")
-    if call.mode != "build" and call.tool in CHANGING_TOOLS:
+    kind = call.kind
+    if call.mode != "build" and kind.changes:
         return Decision("deny", f"denied: plan mode does not allow {call.tool} (it changes files "
                                 "or runs a command)")
     for rule in rules:
@@ -157,15 +197,16 @@ def decide(call: Call, rules: Sequence[Rule]) -> Decision:
     candidates = (*rules, *defaults)
     # A bare string would be iterated letter by letter: take it as the one subject it is.
     subjects = (call.subjects,) if isinstance(call.subjects, str) else tuple(call.subjects) or ("",)
-    if call.tool == "bash":
-        decisions = [_decide_line(line, candidates, call.inside, call.git_programs) for line in subjects]
+    if kind.subject == COMMAND:
+        decisions = [_decide_line(call.tool, line, candidates, call.inside, call.git_programs)
+                     for line in subjects]
     else:
-        decisions = [_decide_subject(call.tool, subject, candidates) for subject in subjects]
+        decisions = [_decide_subject(call.tool, kind, subject, candidates) for subject in subjects]
     decision = _strictest(decisions)
     if decision.action == "ask":
         asks = tuple(dict.fromkeys(subject for item in decisions for subject in item.asks))
         decision = dataclasses.replace(decision, asks=asks)
-    if (decision.action == "ask" and call.autoaccept and call.tool in EDIT_TOOLS
+    if (decision.action == "ask" and call.autoaccept and kind.edits
             and not any(_is_env(subject) for subject in subjects)):
         decision = Decision("allow", "allowed by auto-accept edits for this session",
                             subject=decision.subject)
@@ -174,8 +215,8 @@ def decide(call: Call, rules: Sequence[Rule]) -> Decision:
     return decision
 
 
-def matches(tool: str, pattern: str, subject: str) -> bool:
-    """Whether a pattern matches a subject of this tool.
+def matches(kind: ToolKind, pattern: str, subject: str) -> bool:
+    """Whether a pattern matches a subject of a tool of this kind.
 
     File tools: `*` within one path segment, `**` as a whole segment across any number of them
     (`src/**` matches src and everything below; `**/.env` matches .env and a/.env). fetch: the
@@ -186,17 +227,17 @@ def matches(tool: str, pattern: str, subject: str) -> bool:
     and a `*` inside a word matches within that word only. Every other tool: `*` is any text. A
     pattern without `*` matches exactly; `?` and `[` are plain characters.
     """
-    if tool in FILE_TOOLS:
+    if kind.subject == PATH:
         return _match_path(pattern, subject)
-    if tool == "fetch":
+    if kind.subject == HOST:
         return _match_text(pattern.lower(), subject.lower().rstrip("."))
-    if tool == "bash":
+    if kind.subject == COMMAND:
         commands = split_command(subject).commands
         return _match_argv(pattern, commands[0] if commands else (), widen=False)
     return _match_text(pattern, subject)
 
 
-def suggest_patterns(tool: str, subject: str, inside: Callable[[str], bool] | None = None,
+def suggest_patterns(kind: ToolKind, subject: str, inside: Inside | None = None,
                      git_programs: bool = False) -> list[str]:
     """Patterns to offer for "always", the narrowest first (the exact subject, then wider).
 
@@ -207,7 +248,7 @@ def suggest_patterns(tool: str, subject: str, inside: Callable[[str], bool] | No
     wildcard is not offered where the guards of a wildcard allow would keep it from applying
     (`inside` and `git_programs`, as in `Call`, let the bash guards look at the disk).
     """
-    if tool == "bash":
+    if kind.subject == COMMAND:
         split = split_command(subject)
         if split.opaque or not split.commands:
             return []
@@ -216,10 +257,10 @@ def suggest_patterns(tool: str, subject: str, inside: Callable[[str], bool] | No
         exact, base, wildcard = command_text(argv), command_text(prefix), " *"
         if _wildcard_guard(argv, inside) or (git_programs and posixpath.basename(argv[0]) == "git"):
             base = ""  # a wildcard would not cover this command (only an exact rule can)
-    elif tool in FILE_TOOLS:
+    elif kind.subject == PATH:
         folder = "" if _is_env(subject) else posixpath.dirname(subject)
         exact, base, wildcard = subject, folder, "/**"
-    elif tool == "mcp" and "/" in subject:
+    elif kind.subject == CALL and "/" in subject:
         exact, base, wildcard = subject, subject.split("/", 1)[0], "/*"
     else:
         exact, base, wildcard = subject, "", ""
@@ -229,20 +270,25 @@ def suggest_patterns(tool: str, subject: str, inside: Callable[[str], bool] | No
     return patterns
 
 
-def rule_problems(tool, pattern, action) -> list[tuple[str, str]]:
-    """Every problem of a rule as (field, reason), for the API's 400 answer; [] when valid."""
+def rule_problems(tool: object, pattern: object, action: object,
+                  kinds: Mapping[str, ToolKind]) -> list[tuple[str, str]]:
+    """Every problem of a rule as (field, reason), for the API's 400 answer; [] when valid.
+
+    `kinds`: the tools that rules may name, with their declarations.
+    """
     problems: list[tuple[str, str]] = []
+    kind = kinds.get(tool) if isinstance(tool, str) else None
     if not isinstance(tool, str) or not tool:
         problems.append(("tool", "is required"))
-    elif tool != "*" and tool not in TOOLS:
-        problems.append(("tool", f"must be * or one of: {', '.join(TOOLS)}"))
+    elif tool != "*" and kind is None:
+        problems.append(("tool", f"must be * or one of: {', '.join(kinds)}"))
     if action not in ACTIONS:
         problems.append(("action", "must be allow, ask or deny"))
-    problems += [("pattern", reason) for reason in _pattern_problems(tool, pattern, action)]
+    problems += [("pattern", reason) for reason in _pattern_problems(kind, pattern, action)]
     return problems
 
 
-def _pattern_problems(tool, pattern, action) -> list[str]:
+def _pattern_problems(kind: ToolKind | None, pattern: object, action: object) -> list[str]:
     if not isinstance(pattern, str):
         return ["must be text"]
     if not pattern.strip():
@@ -255,12 +301,13 @@ def _pattern_problems(tool, pattern, action) -> list[str]:
         return ["must not contain control characters"]
     if pattern != pattern.strip():
         return ["must not start or end with spaces"]
-    if tool in FILE_TOOLS:
-        if pattern.startswith(("/", "./")) or "\\" in pattern or ".." in pattern.split("/"):
-            return ["must be a path relative to the project, with / (no leading / or ./, no ..)"]
-    if tool == "fetch" and "/" in pattern:
+    subject = kind.subject if kind else None
+    if subject == PATH and (pattern.startswith(("/", "./")) or "\\" in pattern
+                            or ".." in pattern.split("/")):
+        return ["must be a path relative to the project, with / (no leading / or ./, no ..)"]
+    if subject == HOST and "/" in pattern:
         return ["must be a host name such as *.example.com (no scheme, no path)"]
-    if tool == "bash":
+    if subject == COMMAND:
         split = split_command(pattern)
         if not split.commands:
             return ["must name a command"]
@@ -276,7 +323,7 @@ def _pattern_problems(tool, pattern, action) -> list[str]:
     return []
 
 
-def _rank(rule: Rule) -> tuple:
+def _rank(rule: Rule) -> tuple[bool, int, bool, int, bool]:
     """Bigger is stronger: exact, literal characters, deny, earlier layer, ask over allow."""
     exact = "*" not in rule.pattern
     literals = len(rule.pattern) - rule.pattern.count("*")
@@ -308,25 +355,26 @@ def _guarded(rule: Rule, subject: str, what: str) -> Decision:
                     subject=subject, asks=(subject,))
 
 
-def _decide_subject(tool: str, subject: str, rules: Sequence[Rule]) -> Decision:
-    if tool == "fetch":
+def _decide_subject(tool: str, kind: ToolKind, subject: str, rules: Sequence[Rule]) -> Decision:
+    if kind.subject == HOST:
         subject = subject.lower().rstrip(".")
     found = [rule for rule in rules
-             if rule.tool in (tool, "*") and matches(tool, rule.pattern, subject)]
+             if rule.tool in (tool, "*") and matches(kind, rule.pattern, subject)]
     if not found:
         return _no_rule(tool, subject)
     rule = max(found, key=_rank)
     # The search tools skip .env files in code, even as their explicit path: nothing to ask.
-    if rule.action == "allow" and "*" in rule.pattern and _is_env(subject) and tool not in SEARCH_TOOLS:
+    if rule.action == "allow" and "*" in rule.pattern and _is_env(subject) and not kind.searches:
         return _guarded(rule, subject, "is a protected .env file")
     return _by_rule(rule, subject)
 
 
-def _decide_line(line: str, rules: Sequence[Rule], inside, git_programs: bool = False) -> Decision:
+def _decide_line(tool: str, line: str, rules: Sequence[Rule], inside: Inside | None,
+                 git_programs: bool = False) -> Decision:
     split = split_command(line)
     if not split.commands:
-        return _decide_subject("bash", "", rules)
-    decisions = [_decide_command(argv, rules, inside, git_programs) for argv in split.commands]
+        return _decide_subject(tool, ToolKind(TEXT, changes=True), "", rules)
+    decisions = [_decide_command(tool, argv, rules, inside, git_programs) for argv in split.commands]
     decision = _strictest(decisions)
     if decision.action == "ask":
         asks = tuple(dict.fromkeys(subject for item in decisions for subject in item.asks))
@@ -338,14 +386,14 @@ def _decide_line(line: str, rules: Sequence[Rule], inside, git_programs: bool = 
     return decision
 
 
-def _decide_command(argv: tuple[str, ...], rules: Sequence[Rule], inside,
+def _decide_command(tool: str, argv: tuple[str, ...], rules: Sequence[Rule], inside: Inside | None,
                     git_programs: bool = False) -> Decision:
     text = command_text(argv)
     # A deny rule also sees the program without its folder: `rm *` denies /bin/rm -rf x.
     bare = (posixpath.basename(argv[0]), *argv[1:]) if "/" in argv[0] else None
     found = []
     for rule in rules:
-        if rule.tool not in ("bash", "*"):
+        if rule.tool not in (tool, "*"):
             continue
         # Deny and ask rules also catch abbreviated long options (`--upload-pa=` for
         # `--upload-pack*`): GNU getopt and git take any unique prefix.
@@ -356,7 +404,7 @@ def _decide_command(argv: tuple[str, ...], rules: Sequence[Rule], inside,
         elif bare is not None and rule.action == "deny" and _match_argv(rule.pattern, bare, widen):
             found.append(rule)
     if not found:
-        return _no_rule("bash", text)
+        return _no_rule(tool, text)
     rule = max(found, key=_rank)
     if rule.action == "allow" and "*" in rule.pattern:
         guard = _wildcard_guard(argv, inside)
@@ -368,7 +416,7 @@ def _decide_command(argv: tuple[str, ...], rules: Sequence[Rule], inside,
     return _by_rule(rule, text)
 
 
-def _wildcard_guard(argv: tuple[str, ...], inside) -> str | None:
+def _wildcard_guard(argv: tuple[str, ...], inside: Inside | None) -> str | None:
     """Why a wildcard allow rule cannot cover this command (only an exact rule can), or None."""
     if any(_names_env(arg) for arg in argv[1:]):
         return "names a protected .env file"
@@ -529,7 +577,7 @@ def _path_values(arg: str) -> list[str]:
     return values
 
 
-def _leaves_project(arg: str, inside) -> bool:
+def _leaves_project(arg: str, inside: Inside | None) -> bool:
     for value in _path_values(arg):
         if _may_leave(value):
             return True
@@ -543,14 +591,14 @@ def _expands(arg: str) -> bool:
     return any(c in value for value in _values(arg, "=") for c in GLOB_CHARS)
 
 
-def _stays(inside, path: str) -> bool:
+def _stays(inside: Inside, path: str) -> bool:
     try:
         return bool(inside(path))
     except (ValueError, OSError):  # a boundary refusal is an answer: outside
         return False
 
 
-def _is_listing(argv: tuple[str, ...], inside) -> bool:
+def _is_listing(argv: tuple[str, ...], inside: Inside | None) -> bool:
     """`ls` with simple listing flags and plain paths inside the project (None: no paths)."""
     if argv[0] != "ls":
         return False

@@ -88,7 +88,7 @@ def _sed_check(argv: tuple[str, ...]) -> str | None:
     index = 1
     while index < len(argv):
         word = argv[index]
-        if word in ("-e", "--expression") or (word.startswith("--expression=") or word.startswith("--expr")):
+        if word in ("-e", "--expression") or word.startswith(("--expression=", "--expr")):
             if "=" in word:
                 scripts.append(word.split("=", 1)[1])
             elif index + 1 < len(argv):
@@ -162,7 +162,7 @@ def sed_script_risk(script: str) -> str | None:
                 return "sed script that Totem cannot read"
             if command == "y":
                 continue
-            for position, flag in enumerate(flags):
+            for flag in flags:
                 if flag in "ew":
                     return f"sed s///{flag} {RUNS if flag == 'e' else WRITES}"
                 if flag not in SED_S_FLAGS:
@@ -387,16 +387,16 @@ def _curl_check(argv: tuple[str, ...]) -> str | None:
     for word in argv[1:]:
         if word.lower().startswith(("file:", "scp:", "sftp:")):
             return f"curl {word.split(':', 1)[0]}: reads files"
-        if word.startswith("@") or "=@" in word or word.startswith("-d@") or word.startswith("-F@"):
+        if word.startswith(("@", "-d@", "-F@")) or "=@" in word:
             return "curl @file sends a file"
     return None
 
 
 def _sqlite_check(argv: tuple[str, ...]) -> str | None:
     for word in argv[1:]:
-        if any(line.lstrip().startswith(".") for line in word.split("\n")) and not word.startswith("./"):
-            if word not in (".", ".."):
-                return "sqlite3 dot-command can run programs or write files"
+        if (any(line.lstrip().startswith(".") for line in word.split("\n")) and not word.startswith("./")
+                and word not in (".", "..")):
+            return "sqlite3 dot-command can run programs or write files"
     return None
 
 
@@ -466,8 +466,8 @@ PROGRAMS: dict[str, Program] = {
     "ruff": Program(long={"fix": WRITES, "unsafe-fixes": WRITES}),
     "yq": Program(long={"inplace": WRITES}, short={"i": WRITES}),
     "crontab": Program(check=lambda argv: "crontab schedules programs"),
-    **{name: _EDITOR for name in ("vi", "vim", "nvim", "view", "ex", "emacs", "nano")},
+    **dict.fromkeys(("vi", "vim", "nvim", "view", "ex", "emacs", "nano"), _EDITOR),
 }
-PROGRAMS.update({name: PROGRAMS["awk"] for name in ("gawk", "mawk", "nawk")})
+PROGRAMS.update(dict.fromkeys(("gawk", "mawk", "nawk"), PROGRAMS["awk"]))
 PROGRAMS["gsed"] = PROGRAMS["sed"]
 PROGRAMS["ripgrep"] = PROGRAMS["rg"]

@@ -36,6 +36,7 @@ from __future__ import annotations
 import re
 import shlex
 import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 # Substitutions and runners nested deeper than this are not followed (the line is opaque anyway);
@@ -111,7 +112,7 @@ def split_command(line: str) -> Split:
     return Split(tuple(scanner.commands), tuple(scanner.reasons))
 
 
-def command_text(argv) -> str:
+def command_text(argv: Iterable[str]) -> str:
     """The normalized text of one simple command: plain words as they are, others single-quoted.
 
     Glob characters stay unquoted, so that a rule `rm *.pyc` reads as the command does.
@@ -155,7 +156,7 @@ def _word_text(word: str) -> str:
 class _Scanner:
     """One pass over a line; nested substitutions recurse and share the results."""
 
-    def __init__(self, text: str, commands: list, reasons: list):
+    def __init__(self, text: str, commands: list[tuple[str, ...]], reasons: list[str]) -> None:
         self.text = text
         self.pos = 0
         self.commands = commands
@@ -529,7 +530,7 @@ class _Command:
 
     __slots__ = ("words", "redirected")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.words: list[str] = []
         self.redirected = False
 

@@ -27,7 +27,7 @@ def test_bash_schema_limits():
     """The registry accepts the tool; timeout is 1..600 seconds and command is required."""
     registry = Registry([BashTool()])
     tool, args = registry.parse_arguments("bash", '{"command": "ls", "timeout": 600}')
-    assert tool.readonly is False and args == {"command": "ls", "timeout": 600}
+    assert tool.kind.changes and args == {"command": "ls", "timeout": 600}
     for bad in ('{"command": "ls", "timeout": 0}', '{"command": "ls", "timeout": 601}',
                 '{"timeout": 5}', '{"command": ""}', '{"command": "ls", "cwd": "/"}'):
         with pytest.raises(ToolError):

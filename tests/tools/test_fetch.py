@@ -227,7 +227,7 @@ def test_fetch_registry_has_fetch():
     """The default registry offers fetch; max_bytes is capped at 10 MB."""
     registry = default_registry()
     tool, args = registry.parse_arguments("fetch", '{"url": "https://example.com"}')
-    assert isinstance(tool, FetchTool) and tool.readonly and args == {"url": "https://example.com"}
+    assert isinstance(tool, FetchTool) and not tool.kind.changes and args == {"url": "https://example.com"}
     with pytest.raises(ToolError, match="max_bytes"):
         registry.parse_arguments("fetch", json.dumps({"url": "http://x", "max_bytes": MAX_MAX_BYTES + 1}))
     assert DEFAULT_MAX_BYTES == 2 * 1024 * 1024

@@ -337,7 +337,7 @@ def test_write_tools_declared(tmp_path):
     """write, edit and patch change files and have valid schemas."""
     registry = Registry([WriteTool(), EditTool(), PatchTool()])
     assert registry.names() == ["write", "edit", "patch"]
-    assert all(registry.get(name).readonly is False for name in registry.names())
+    assert all(registry.get(name).kind.changes and registry.get(name).kind.edits for name in registry.names())
     tool, args = registry.parse_arguments("write", '{"path": "a.txt", "content": "x"}')
     assert args == {"path": "a.txt", "content": "x"}
     with pytest.raises(ToolError, match="content"):

@@ -16,12 +16,12 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from ..boundary import BoundaryError, is_protected_env, relative_path, resolve_inside
 from ..git import repository_runs_programs
-from ..permissions import Call, Decision, Rule, decide, suggest_patterns
+from ..permissions import TEXT, Call, Decision, Rule, ToolKind, decide, suggest_patterns
 from ..shellwords import reveal
 from ..store import now_ms
 from .questions import Questions
@@ -42,9 +42,11 @@ class Asker:
 class PermissionGate:
     """Decides tool calls and the subjects met during a call, asking the person when needed."""
 
-    def __init__(self, store, questions: Questions, config_rules=()):
+    def __init__(self, store, questions: Questions, kinds: Callable[[], Mapping[str, ToolKind]],
+                 config_rules=()):
         self.store = store
         self.questions = questions
+        self.kinds = kinds  # () -> every tool's declaration, by name (the registry's)
         self.config_rules = tuple(config_rules)
 
     async def rules(self, projectid: str) -> list[Rule]:
@@ -61,7 +63,8 @@ class PermissionGate:
         """The decision for one call under the current rules, and the call it was made for."""
         root = asker.root
         git_programs = tool == "bash" and await asyncio.to_thread(repository_runs_programs, root)
-        call = Call(tool, subjects, mode=asker.mode, autoaccept=asker.autoaccept, scheduled=asker.scheduled,
+        kind = self.kinds().get(tool) or ToolKind(TEXT, changes=True)
+        call = Call(tool, subjects, kind, mode=asker.mode, autoaccept=asker.autoaccept, scheduled=asker.scheduled,
                     outside=outside, inside=lambda path: stays_inside(root, path), git_programs=git_programs)
         return decide(call, await self.rules(asker.projectid)), call
 
@@ -77,7 +80,7 @@ class PermissionGate:
             return record
         if always_ask:
             record["reason"] = f"{subjects[0]}: {always_ask}; asked even under an allow rule"
-        commands = [] if always_ask else asked(tool, decision, call)
+        commands = [] if always_ask else asked(decision, call)
         if before_ask is not None:
             await before_ask()
         reply, chosen = await self.questions.permission(
@@ -93,11 +96,11 @@ class PermissionGate:
         return record
 
 
-def asked(tool: str, decision: Decision, call: Call) -> list[dict]:
+def asked(decision: Decision, call: Call) -> list[dict]:
     """What a question lists: each subject that needs an answer (bash: each simple command that
     asks), shown with its hidden characters written out, and the patterns "always" may store."""
     return [{"command": subject, "shown": reveal(subject),
-             "patterns": suggest_patterns(tool, subject, call.inside, call.git_programs)}
+             "patterns": suggest_patterns(call.kind, subject, call.inside, call.git_programs)}
             for subject in decision.asks]
 
 

@@ -31,9 +31,10 @@ class _Waiting:
 class Questions:
     """Every question that waits, across sessions."""
 
-    def __init__(self, hub, new_id):
+    def __init__(self, hub, new_id, kinds=dict):
         self.hub = hub
         self.new_id = new_id
+        self.kinds = kinds  # () -> the tools' declarations by name, to validate "always" patterns
         self._waiting: dict[str, _Waiting] = {}
 
     async def permission(self, sessionid: str, tool: str, args: dict, patterns: list[str], *,
@@ -94,7 +95,7 @@ class Questions:
             if not chosen:
                 raise BadRequest(("pattern", "is required to always allow"))
             problems = [(name, f"{candidate}: {why}") for candidate in dict.fromkeys(chosen)
-                        for name, why in rule_problems(waiting.tool, candidate, "allow")]
+                        for name, why in rule_problems(waiting.tool, candidate, "allow", self.kinds())]
             if problems:
                 raise BadRequest([("patterns" if patterns else "pattern", why) for _, why in problems])
             chosen = list(dict.fromkeys(chosen))

@@ -174,7 +174,7 @@ class NdjsonDecoder:
         return [] if value is None else [value]
 
 
-def _parse_ndjson_line(line: bytes) -> Any:
+def _parse_ndjson_line(line: bytes | bytearray) -> Any:
     text = line.decode("utf-8", errors="replace").strip()
     if not text:
         return None

@@ -37,6 +37,9 @@ from .sse import SseEvent
 # openai-python and the DESIGN retry rule: an in-stream error with these codes is transient.
 RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504, 529})
 
+# A decoded JSON object of a chunk: every value is checked (isinstance) where it is read.
+JsonObject = dict[str, Any]
+
 
 # --- Normalized events ---------------------------------------------------------------------
 
@@ -71,7 +74,7 @@ class ToolCallDelta:
 @dataclass(frozen=True, slots=True)
 class Usage:
     """Token counts as the provider sent them (OpenAI names; Ollama native is converted)."""
-    usage: dict
+    usage: dict[str, object]
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +101,7 @@ class ToolCall:
     name: str
     arguments: str
 
-    def parsed_arguments(self) -> dict:
+    def parsed_arguments(self) -> JsonObject:
         """The arguments as a dict ("" means {}); raises ValueError when they are not a JSON object
         (a call cut by finish_reason=length must never run)."""
         if not self.arguments.strip():
@@ -124,11 +127,11 @@ class ChatResult:
     `failure` is a sentence when the answer failed for any reason (None when it completed)."""
     content: str
     reasoning: str
-    reasoning_details: list
+    reasoning_details: list[object]
     tool_calls: list[ToolCall]
     finish_reason: str | None
-    usage: dict | None
-    error: Any
+    usage: dict[str, object] | None
+    error: object
     saw_done: bool
     chunks: int
     failure: str | None
@@ -167,12 +170,12 @@ class ChatAccumulator:
     def __init__(self) -> None:
         self._content: list[str] = []
         self._reasoning: list[str] = []
-        self._reasoning_details: list = []
+        self._reasoning_details: list[object] = []
         self._calls: dict[int, _PendingCall] = {}
         self._unindexed_base = 0
         self.finish_reason: str | None = None
-        self.usage: dict | None = None
-        self.error: Any = None
+        self.usage: dict[str, object] | None = None
+        self.error: object = None
         self.failure: str | None = None
         self.saw_done = False
         self.chunks = 0
@@ -202,7 +205,7 @@ class ChatAccumulator:
             return self._record_error(error)
         return self.feed(value)
 
-    def feed(self, chunk: Any) -> list[StreamEvent]:
+    def feed(self, chunk: object) -> list[StreamEvent]:
         """Handle one parsed chunk (OpenAI chunk, Ollama native line or error object)."""
         if not isinstance(chunk, dict):
             return self._fail("The provider sent a chunk that is not a JSON object.", retry=True,
@@ -221,7 +224,7 @@ class ChatAccumulator:
             events.extend(self._record_error(chunk["error"]))
         return events
 
-    def feed_completion(self, body: Any) -> list[StreamEvent]:
+    def feed_completion(self, body: object) -> list[StreamEvent]:
         """Handle a whole non-streamed `chat.completion` (a server that ignored `stream: true`)."""
         if isinstance(body, dict) and isinstance(body.get("choices"), list):
             choices = [dict(c, delta=c.get("message") or {}) for c in body["choices"]
@@ -265,7 +268,7 @@ class ChatAccumulator:
 
     # -- OpenAI chunks
 
-    def _feed_choices(self, choices: list, events: list[StreamEvent]) -> None:
+    def _feed_choices(self, choices: list[object], events: list[StreamEvent]) -> None:
         for position, choice in enumerate(choices):
             if not isinstance(choice, dict) or choice.get("index", position) != 0:
                 continue  # n > 1 is never requested; only the first choice is the answer
@@ -278,7 +281,7 @@ class ChatAccumulator:
                     events.append(Finish(reason))
                 self.finish_reason = reason
 
-    def _feed_delta(self, delta: dict, events: list[StreamEvent]) -> None:
+    def _feed_delta(self, delta: JsonObject, events: list[StreamEvent]) -> None:
         reasoning = _first_text(delta, ("reasoning_content", "reasoning", "thinking"))
         if reasoning:
             self._add_reasoning(reasoning, events)
@@ -296,7 +299,7 @@ class ChatAccumulator:
                 if isinstance(entry, dict):
                     self._merge_call(self._slot_for(entry, position), entry, events)
 
-    def _feed_content_parts(self, parts: list, events: list[StreamEvent]) -> None:
+    def _feed_content_parts(self, parts: list[object], events: list[StreamEvent]) -> None:
         # Mistral magistral: content is a list of typed parts, thinking nested one level down.
         for part in parts:
             if not isinstance(part, dict):
@@ -312,7 +315,7 @@ class ChatAccumulator:
             elif part.get("type") == "text" and isinstance(part.get("text"), str):
                 self._add_text(part["text"], events)
 
-    def _slot_for(self, entry: dict, position: int) -> int:
+    def _slot_for(self, entry: JsonObject, position: int) -> int:
         index = entry.get("index")
         if isinstance(index, int) and not isinstance(index, bool):
             return index
@@ -325,11 +328,13 @@ class ChatAccumulator:
             slot = self._unindexed_base + position
         return slot
 
-    def _merge_call(self, index: int, entry: dict, events: list[StreamEvent]) -> None:
+    def _merge_call(self, index: int, entry: JsonObject, events: list[StreamEvent]) -> None:
         call = self._calls.setdefault(index, _PendingCall(index))
         if isinstance(entry.get("id"), str) and entry["id"]:
             call.id = entry["id"]
-        function = entry.get("function") if isinstance(entry.get("function"), dict) else {}
+        function = entry.get("function")
+        if not isinstance(function, dict):
+            function = {}
         if isinstance(function.get("name"), str) and function["name"]:
             call.name = function["name"]
         fragment = _arguments_text(function.get("arguments"))
@@ -345,8 +350,10 @@ class ChatAccumulator:
 
     # -- Ollama native /api/chat lines
 
-    def _feed_ollama_line(self, line: dict, events: list[StreamEvent]) -> None:
-        message = line.get("message") if isinstance(line.get("message"), dict) else {}
+    def _feed_ollama_line(self, line: JsonObject, events: list[StreamEvent]) -> None:
+        message = line.get("message")
+        if not isinstance(message, dict):
+            message = {}
         if isinstance(message.get("thinking"), str):
             self._add_reasoning(message["thinking"], events)
         if isinstance(message.get("content"), str):
@@ -374,12 +381,12 @@ class ChatAccumulator:
             self._reasoning.append(text)
             events.append(ReasoningDelta(text))
 
-    def _record_error(self, error: Any) -> list[StreamEvent]:
+    def _record_error(self, error: object) -> list[StreamEvent]:
         if self.error is None:
             self.error = error
         return [] if self.failure is not None else [self._stream_error(error)]
 
-    def _stream_error(self, error: Any) -> StreamError:
+    def _stream_error(self, error: object) -> StreamError:
         if isinstance(error, dict):
             detail = str(error.get("message") or error.get("type") or error)
             code, kind = error_code(error.get("code")), str(error.get("type") or "")
@@ -410,13 +417,14 @@ class ChatAccumulator:
         return ToolCall(call.index, call_id, call.name, "".join(call.arguments))
 
 
-def _chunk_usage(chunk: dict) -> dict | None:
+def _chunk_usage(chunk: JsonObject) -> dict[str, object] | None:
     usage = chunk.get("usage")
     if isinstance(usage, dict) and usage:
         return usage
     groq = chunk.get("x_groq")
-    if isinstance(groq, dict) and isinstance(groq.get("usage"), dict) and groq["usage"]:
-        return groq["usage"]
+    groq_usage = groq.get("usage") if isinstance(groq, dict) else None
+    if isinstance(groq_usage, dict) and groq_usage:
+        return groq_usage
     if chunk.get("done") is True and "eval_count" in chunk:
         prompt, completion = chunk.get("prompt_eval_count") or 0, chunk.get("eval_count") or 0
         return {"prompt_tokens": prompt, "completion_tokens": completion,
@@ -424,7 +432,7 @@ def _chunk_usage(chunk: dict) -> dict | None:
     return None
 
 
-def _first_text(delta: dict, keys: tuple[str, ...]) -> str:
+def _first_text(delta: JsonObject, keys: tuple[str, ...]) -> str:
     # Some upstreams echo the same thinking in two fields: take the first, never both.
     for key in keys:
         value = delta.get(key)
@@ -433,7 +441,7 @@ def _first_text(delta: dict, keys: tuple[str, ...]) -> str:
     return ""
 
 
-def _arguments_text(arguments: Any) -> str:
+def _arguments_text(arguments: object) -> str:
     if isinstance(arguments, str):
         return arguments
     if isinstance(arguments, (dict, list)):
@@ -464,9 +472,9 @@ def extract_text_tool_calls(text: str, known_tools: Iterable[str]) -> tuple[str,
     nothing. Only names in `known_tools` count, so an example in prose is left alone. Returns the
     text without the recognised blocks and the calls, with fresh ids."""
     known = set(known_tools)
-    found: list[tuple[str, dict]] = []
+    found: list[tuple[str, JsonObject]] = []
 
-    def take_tag(match: re.Match) -> str:
+    def take_tag(match: re.Match[str]) -> str:
         calls = _parse_text_calls(match.group(1), known, tagged=True)
         found.extend(calls)
         return "" if calls else match.group(0)
@@ -480,12 +488,12 @@ def extract_text_tool_calls(text: str, known_tools: Iterable[str]) -> tuple[str,
     return re.sub(r"\n{3,}", "\n\n", remaining).strip(), calls
 
 
-def _take_fenced_calls(text: str, known: set[str], found: list[tuple[str, dict]]) -> str:
+def _take_fenced_calls(text: str, known: set[str], found: list[tuple[str, JsonObject]]) -> str:
     # Fences pair up in order (opening, closing), so a ```python block is skipped whole and
     # never mistaken for the text between two blocks.
     fences = list(_FENCE_LINE.finditer(text))
     spans = []
-    for opening, closing in zip(fences[::2], fences[1::2]):
+    for opening, closing in zip(fences[::2], fences[1::2], strict=False):  # a last fence may be unpaired
         if opening.group(1).lower() not in _CALL_FENCES:
             continue
         calls = _parse_text_calls(text[opening.end():closing.start()], known, tagged=False)
@@ -497,23 +505,25 @@ def _take_fenced_calls(text: str, known: set[str], found: list[tuple[str, dict]]
     return text
 
 
-def _parse_text_calls(body: str, known: set[str], tagged: bool) -> list[tuple[str, dict]]:
+def _parse_text_calls(body: str, known: set[str], tagged: bool) -> list[tuple[str, JsonObject]]:
     try:
         value = json.loads(body)
     except ValueError:
         return []
     items = value if isinstance(value, list) else [value]
     found = [_text_call(item, known, tagged) for item in items]
-    if not found or any(call is None for call in found):
+    calls = [call for call in found if call is not None]
+    if not calls or len(calls) != len(found):
         return []
-    return found  # type: ignore[return-value]
+    return calls
 
 
-def _text_call(item: Any, known: set[str], tagged: bool) -> tuple[str, dict] | None:
+def _text_call(item: object, known: set[str], tagged: bool) -> tuple[str, JsonObject] | None:
     if not isinstance(item, dict):
         return None
-    if isinstance(item.get("function"), dict):
-        item = item["function"]
+    function = item.get("function")
+    if isinstance(function, dict):
+        item = function
     name = item.get("name")
     if not isinstance(name, str) or name not in known:
         return None

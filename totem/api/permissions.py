@@ -50,7 +50,7 @@ async def save_permission(ctx):
         raise BadRequest(("projectid", "is required for a project rule"))
     if scope == "global" and projectid:
         raise BadRequest(("projectid", "a global rule belongs to no project"))
-    problems = rule_problems(tool, pattern, action)
+    problems = rule_problems(tool, pattern, action, ctx.app.runs.registry.kinds())
     if problems:
         raise BadRequest(problems)
     row = await ctx.app.store.add_rule(projectid if scope == "project" else None, tool, pattern, action)

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
 from .. import boundary
+from ..permissions import CALL, PATH, TEXT, ToolKind
 from .schema import check_schema, validate
 
 # The longest arguments text accepted from a model; a file's content for a write tool rides here.
@@ -69,7 +70,8 @@ class Tool:
     name: str = ""
     description: str = ""
     schema: dict = {"type": "object", "properties": {}, "additionalProperties": False}
-    readonly: bool = True
+    # What the permission engine reads: the kind of subjects, whether the tool changes things.
+    kind: ToolKind = ToolKind(PATH, changes=False)
 
     def subjects(self, args: dict, ctx: ToolContext) -> list[str]:
         """The permission subjects: the paths the call touches, relative to the project, with `/`.
@@ -104,6 +106,11 @@ class Registry:
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
 
+    def kinds(self) -> dict[str, ToolKind]:
+        """Every name a permission rule may have, with its declaration: the tools, then the
+        subjects decided without being a tool of the model (PERMISSION_SUBJECTS)."""
+        return {name: tool.kind for name, tool in self._tools.items()} | PERMISSION_SUBJECTS
+
     def names(self) -> list[str]:
         return list(self._tools)
 
@@ -132,6 +139,20 @@ class Registry:
         if problems:
             raise ToolError(f"invalid arguments for {name}: " + "; ".join(problems))
         return tool, args
+
+
+# Subjects that pass the permission engine without being a tool of the model: each call of an
+# MCP server's tool (`server/tool`), the start of a project's MCP server, stopping a job.
+PERMISSION_SUBJECTS = {
+    "mcp": ToolKind(CALL, changes=True),
+    "mcp-start": ToolKind(TEXT, changes=True),
+    "jobstop": ToolKind(TEXT, changes=True),
+}
+
+
+def tool_kinds() -> dict[str, ToolKind]:
+    """The names permission rules may have: every built-in tool's and PERMISSION_SUBJECTS."""
+    return default_registry().kinds()
 
 
 def default_registry() -> Registry:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..permissions import TEXT, ToolKind
 from . import Tool, ToolContext, ToolError, ToolResult
 
 MAX_QUESTION_CHARS = 2000
@@ -11,6 +12,7 @@ MAX_OPTION_CHARS = 200
 
 class AskTool(Tool):
     name = "ask"
+    kind = ToolKind(TEXT, changes=False)
     description = "Ask the person a question when you need a decision; offer options when you can."
     schema = {
         "type": "object",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import signal
 
+from ..permissions import COMMAND, ToolKind
 from .. import runner
 from . import Tool, ToolContext, ToolError, ToolResult
 
@@ -45,7 +46,7 @@ class BashTool(Tool):
         "required": ["command"],
         "additionalProperties": False,
     }
-    readonly = False
+    kind = ToolKind(COMMAND, changes=True)
 
     def subjects(self, args: dict, ctx: ToolContext) -> list[str]:
         """The whole command line: the permission engine splits and judges it."""

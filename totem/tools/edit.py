@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 
+from ..permissions import PATH, ToolKind
 from . import Tool, ToolContext, ToolError, ToolResult, cut_line, display_path
 from . import files
 
@@ -41,7 +42,7 @@ class EditTool(Tool):
         "required": ["path", "old", "new"],
         "additionalProperties": False,
     }
-    readonly = False
+    kind = ToolKind(PATH, changes=True, edits=True)
 
     def subjects(self, args: dict, ctx: ToolContext) -> list[str]:
         """The file edited, relative to the project. Raises ToolError when it is refused."""

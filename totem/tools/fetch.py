@@ -28,6 +28,7 @@ import zlib
 from dataclasses import dataclass
 from urllib.parse import quote, urljoin, urlsplit
 
+from ..permissions import HOST, ToolKind
 from .. import httpwire
 from . import Tool, ToolContext, ToolError, ToolResult
 from .html_text import body_text, codec_name
@@ -79,7 +80,7 @@ class FetchTool(Tool):
         "required": ["url"],
         "additionalProperties": False,
     }
-    readonly = True
+    kind = ToolKind(HOST, changes=False)
 
     def __init__(self, total_timeout: float = TOTAL_TIMEOUT_SECONDS,
                  connect_timeout: float = CONNECT_TIMEOUT_SECONDS,

@@ -24,6 +24,7 @@ import threading
 import time
 import warnings
 
+from ..permissions import PATH, ToolKind
 from .. import boundary
 from . import (SKIPPED_FOLDERS, Tool, ToolContext, ToolError, ToolResult, display_path,
                in_skipped_folder, resolve_path)
@@ -62,6 +63,7 @@ def compile_glob(pattern: str, name_only: bool = False) -> re.Pattern:
 
 class GlobTool(Tool):
     name = "glob"
+    kind = ToolKind(PATH, changes=False, searches=True)
     description = "Find files by glob pattern (** spans folders). Newest first."
     schema = {
         "type": "object",

@@ -29,6 +29,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from ..permissions import PATH, ToolKind
 from . import Tool, ToolContext, ToolError, ToolResult, cut_line, display_path
 from . import files
 
@@ -57,7 +58,7 @@ class PatchTool(Tool):
         "required": ["patch"],
         "additionalProperties": False,
     }
-    readonly = False
+    kind = ToolKind(PATH, changes=True, edits=True)
 
     def subjects(self, args: dict, ctx: ToolContext) -> list[str]:
         """Every file the patch touches, both sides of a rename included, relative to the project.

@@ -22,6 +22,7 @@ import os
 import re
 import stat
 
+from ..permissions import PATH, ToolKind
 from . import Tool, ToolContext, ToolError, ToolResult, cut_line, display_path, resolve_path
 
 DEFAULT_LIMIT_LINES = 2000
@@ -42,6 +43,7 @@ _INVALID_BYTE = re.compile("[\udc80-\udcff]")
 
 class ReadTool(Tool):
     name = "read"
+    kind = ToolKind(PATH, changes=False)
     description = "Read a text file; lines come numbered. Use offset/limit for long files."
     schema = {
         "type": "object",

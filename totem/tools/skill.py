@@ -7,6 +7,7 @@ import os
 import re
 import stat
 
+from ..permissions import PATH, ToolKind
 from . import Tool, ToolContext, ToolError, ToolResult, display_path, resolve_path
 
 SKILLS_FOLDER = ".totem/skills"
@@ -17,6 +18,7 @@ SKILL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 class SkillTool(Tool):
     name = "skill"
+    kind = ToolKind(PATH, changes=False)
     description = "Load the instructions of a project skill (.totem/skills/NAME/SKILL.md)."
     schema = {
         "type": "object",

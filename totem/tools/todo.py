@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..permissions import TEXT, ToolKind
 from . import Tool, ToolContext, ToolError, ToolResult
 
 MAX_TODO_ITEMS = 50
@@ -12,6 +13,7 @@ STATUS_MARKS = {"pending": "[ ]", "in_progress": "[~]", "done": "[x]"}
 
 class TodoTool(Tool):
     name = "todo"
+    kind = ToolKind(TEXT, changes=False)
     description = "Set the session's task list (the whole list each time) to show progress."
     schema = {
         "type": "object",

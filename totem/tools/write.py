@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 
+from ..permissions import PATH, ToolKind
 from . import Tool, ToolContext, ToolError, ToolResult, display_path
 from . import files
 
@@ -28,7 +29,7 @@ class WriteTool(Tool):
         "required": ["path", "content"],
         "additionalProperties": False,
     }
-    readonly = False
+    kind = ToolKind(PATH, changes=True, edits=True)
 
     def subjects(self, args: dict, ctx: ToolContext) -> list[str]:
         """The file written, relative to the project. Raises ToolError when it is refused."""
