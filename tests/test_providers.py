@@ -10,8 +10,8 @@ import socket
 
 from tests.model_server import ScriptedModel, models_fixture
 from tests.utils import MS, TotemCase, call
-from totem.agent.providers import MAX_OLLAMA_NUM_CTX, ModelError, Providers, ProviderTarget
 from totem.agent.provider_errors import ProviderError
+from totem.agent.providers import MAX_OLLAMA_NUM_CTX, ModelError, ProviderTarget
 from totem.errors import error_body
 
 KEY = "sk-or-v1-5f0c2b9e7a1d4c3b8e6f0a9d2c4b7e1f"
@@ -354,8 +354,9 @@ class DetectTest(ProvidersCase):
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)  # accepts connections in the kernel, never answers
         silent_url = f"http://127.0.0.1:{silent.getsockname()[1]}"
-        self.app.providers = Providers(self.app.store, self.app.vault, detect_urls={
-            "ollama": self.model.base, "llamacpp": closed_port_url(), "lmstudio": silent_url})
+        # The running app's Providers, which the service holds: every local kind is probed here.
+        self.app.providers.detect_urls = {
+            "ollama": self.model.base, "llamacpp": closed_port_url(), "lmstudio": silent_url}
         async with asyncio.timeout(4000 * MS):
             answer = await self.ask("providers_detect")
         self.assertEqual(answer.status, 200)

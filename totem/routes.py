@@ -7,8 +7,8 @@ everywhere except the login page, the sign-in actions and static assets.
 
 from __future__ import annotations
 
-from .api.attachments import attachment_response
 from .api import account, build_table, call_action, folders, permissions, projects, providers, sessions
+from .api.attachments import attachment_response
 from .errors import Forbidden, MethodNotAllowed, NotFound
 from .httpd import SECURITY_HEADERS, Response, static_response
 

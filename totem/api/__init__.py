@@ -4,16 +4,24 @@ Every action is `/api/{collection_verb}` or `/api/{collection_verb}/{id}`, named
 protocol text. Read-only actions answer GET and POST; actions that change something answer
 POST only (405 otherwise), so that no GET ever changes anything. Handlers receive a Context and
 return data (`$.callback`) or `success(value)` (`$.success`); they raise ApiError for the rest.
-This package never writes to the socket and never builds an error body.
+A handler translates its input (the fields of the body or the query, checked one by one) and
+calls a service of `ctx.services`; the use case itself (its checks of meaning, the write, the
+events and the cascade) lives in the service. This package never writes to the socket and
+never builds an error body.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from ..errors import MethodNotAllowed, NotFound
-from ..httpd import Response, json_response
+from ..httpd import Request, Response, json_response
 from .validate import Input
+
+if TYPE_CHECKING:
+    from ..app import App, Services
 
 MAX_ID_CHARS = 64
 READ_METHODS = ("GET", "HEAD", "POST")
@@ -26,7 +34,7 @@ class Action:
 
     name: str
     label: str
-    handler: object
+    handler: Callable[[Context], Awaitable[Any]]
     changes: bool = False
     takes_id: bool = False
     mcp: bool = False
@@ -38,10 +46,14 @@ class Action:
 
 @dataclass
 class Context:
-    """What a handler gets: the services, the request, the id of the URL and the query."""
+    """What a handler gets: the services, the request, the id of the URL and the query.
 
-    app: object
-    request: object
+    `app` is the composition root, for the handlers that are not services yet (permissions,
+    folders, the sign-in actions): new handlers use `services`."""
+
+    services: Services
+    app: App
+    request: Request
     id: str | None
     query: dict
 
@@ -86,15 +98,16 @@ def find_action(table: dict[str, Action], path: str) -> tuple[Action, str | None
     return action, ident or None
 
 
-async def call_action(app, table: dict[str, Action], request) -> Response:
-    """Run the action that a request names. Raises NotFound, MethodNotAllowed, ApiError."""
+async def call_action(app: App, table: dict[str, Action], request: Request) -> Response:
+    """Run the action that a request names, with the services of `app`. Raises NotFound,
+    MethodNotAllowed, ApiError."""
     action, ident = find_action(table, request.path)
     if request.method == "OPTIONS":
         return Response(204, headers=[("Allow", ", ".join(action.methods + ("OPTIONS",)))])
     if request.method not in action.methods:
         raise MethodNotAllowed(("method", f"{action.label} answers {' and '.join(action.methods)}"),
                                headers={"Allow": ", ".join(action.methods + ("OPTIONS",))})
-    result = await action.handler(Context(app, request, ident, request.query))
+    result = await action.handler(Context(app.services, app, request, ident, request.query))
     if isinstance(result, Response):
         return result
     return json_response(result)

@@ -1,4 +1,9 @@
-"""Account|read, and signing in and out with the access token."""
+"""Account|read, and signing in and out with the access token.
+
+Account|read says what this Totem can do, and only what works: a feature of the protocol that
+is not built yet is false here, whatever config.ini says, and its issue turns it on when it
+lands.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,22 @@ from ..errors import BadRequest
 from ..httpd import json_response
 from . import Action, Input, success
 
+# What the protocol text names, by whether it is built (issue 10, "Truthful surfaces").
+CAPABILITIES = {
+    "jobs": True,  # Sessions|jobs, jobstop: background commands, ended with their session
+    "attachments": True,  # files in a prompt, GET /attachments/{id}/
+    "questions": True,  # the ask tool and Questions|reply
+    "todos": True,  # the todo tool and Sessions|todos
+    "terminal": False,  # Sessions|terminal...: not yet
+    "schedules": False,  # Schedules|...: not yet
+    "mcp": False,  # POST /$mcp/ and the MCP client: not yet (config.ini's mcp does nothing yet)
+    "worktrees": False,  # sessions_create worktree, Sessions|worktreemerge, worktreediscard: not yet
+    "undo": False,  # Sessions|undo, redo and diff, snapshots: not yet
+    "fork": False,  # Sessions|fork: not yet
+    "commands": False,  # Projects|commands (.totem/commands and agents): not yet
+    "forge": False,  # Total.js knowledge, Forge docs and MCP: not yet (forge* keys do nothing yet)
+}
+
 
 async def read_account(ctx):
     config = ctx.app.config
@@ -14,8 +35,7 @@ async def read_account(ctx):
         "user": {"id": "local", "name": "local"},
         "token": bool(config.token),
         "version": __version__,
-        "capabilities": {"mcp": config.mcp, "forge": config.forge, "forgedocs": config.forgedocs,
-                         "cookiesecure": config.cookiesecure},
+        "capabilities": CAPABILITIES | {"cookiesecure": config.cookiesecure},
     }
 
 

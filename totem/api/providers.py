@@ -3,15 +3,14 @@
 The key of a provider is write-only: it goes in through providers_save (and providers_available
 for a check before saving) and never comes out; answers say `haskey`. A provider that fails
 while listing its models is a 400 on the field that is wrong (`key` when the provider rejected
-the key, `url` otherwise), with the provider's reason, never a 500.
+the key, `url` otherwise), with the provider's reason, never a 500. Each handler checks the
+fields of its input and calls `ctx.services.providers` (`totem/providers_service.py`), which
+also keeps the scrubber of command output in step with the saved keys.
 """
 
 from __future__ import annotations
 
 from ..agent.providers import url_problem
-from ..agent.provider_errors import KIND_AUTH, ProviderError
-from ..errors import BadRequest, NotFound
-from ..vault import VaultError
 from . import Action, success
 
 MAX_NAME_CHARS = 100
@@ -52,13 +51,13 @@ def _chosen_models(body) -> list[str] | None:
 
 async def list_providers(ctx):
     ctx.params(()).done()
-    return await ctx.app.providers.list()
+    return await ctx.services.providers.list()
 
 
 async def save_provider(ctx):
     """Create a provider, or change the one of `id`. `key` absent or null keeps the stored key,
     "" removes it. Answers the provider without its key."""
-    providers = ctx.app.providers
+    providers = ctx.services.providers
     body = await ctx.body(("id", "name", "kind", "url", "key", "models"))
     providerid = body.text("id", max_chars=MAX_ID_CHARS)
     name = body.text("name", required=True, max_chars=MAX_NAME_CHARS)
@@ -67,19 +66,12 @@ async def save_provider(ctx):
     key = _key(body)
     models = _chosen_models(body)
     body.done()
-    saved = await providers.save(providerid, name, kind, url, key, models)
-    if saved is None:
-        raise NotFound(("id", f"no provider {providerid}"))
-    await ctx.app.refresh_scrubber()  # output is scrubbed of the new key from now on
-    return saved
+    return await providers.save(providerid, name, kind, url, key, models)
 
 
 async def remove_provider(ctx):
     ctx.params(()).done()
-    if not await ctx.app.providers.remove(ctx.id):
-        raise NotFound(("id", f"no provider {ctx.id}"))
-    await ctx.app.refresh_scrubber()
-    return success(ctx.id)
+    return success(await ctx.services.providers.remove(ctx.id))
 
 
 async def list_models(ctx):
@@ -87,53 +79,38 @@ async def list_models(ctx):
     `{id: "<providerid>/<model>", provider: {id, name, icon}, model, name, context, tools,
     reasoning, free}`. Unlike Providers|catalog it does not say which providers failed."""
     ctx.params(()).done()
-    return await ctx.app.providers.models()
+    return await ctx.services.providers.models()
 
 
 async def list_templates(ctx):
     ctx.params(()).done()
-    return ctx.app.providers.templates()
+    return ctx.services.providers.templates()
 
 
 async def detect_servers(ctx):
     ctx.params(()).done()
-    return await ctx.app.providers.detect()
+    return await ctx.services.providers.detect()
 
 
 async def available_models(ctx):
     """Every model a provider offers: body `{url, kind, key?}`, or `{id}` of a saved provider
     (its stored key is used; `url`, `kind` and `key` given beside `id` override the stored
     ones, so an edit form can check a new URL without typing the key again)."""
-    providers = ctx.app.providers
+    providers = ctx.services.providers
     body = await ctx.body(("id", "url", "kind", "key"))
     providerid = body.text("id", max_chars=MAX_ID_CHARS)
     url = _url(body, required=providerid is None)
     kind = body.choice("kind", providers.kinds(), required=providerid is None)
     key = _key(body)
     body.done()
-    if providerid is not None:
-        try:
-            stored = await providers.stored_key(providerid)
-        except VaultError as exc:
-            raise BadRequest(("key", f"the stored key cannot be used: {exc}")) from None
-        if stored is None:
-            raise NotFound(("id", f"no provider {providerid}"))
-        row, stored_key = stored
-        url, kind = url or row["url"], kind or row["kind"]
-        key = stored_key if key is None else key
-    try:
-        return await providers.available(url, kind, key or None)
-    except ProviderError as exc:
-        raise BadRequest(("key" if exc.kind == KIND_AUTH else "url", exc.message)) from None
-    except ValueError as exc:  # a stored URL or key that a request cannot carry
-        raise BadRequest(("url", f"the provider cannot be called: {exc}")) from None
+    return await providers.available(providerid, url, kind, key)
 
 
 async def read_catalog(ctx):
     """Providers|catalog: `{providers: [{id, name, kind, icon, error}], models: [...]}`; a
     provider that failed has its reason in `error`."""
     ctx.params(()).done()
-    return await ctx.app.providers.catalog()
+    return await ctx.services.providers.catalog()
 
 
 ACTIONS = (

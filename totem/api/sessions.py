@@ -1,4 +1,9 @@
-"""Sessions|list, create, read, update, remove and messages: the conversations of a project."""
+"""Sessions|list, create, read, update, remove, messages, prompt, abort, todos, jobs and jobstop,
+and Questions|reply: the conversations of a project.
+
+Each handler checks the fields of its input and calls `ctx.services.sessions`, where the use
+case lives (`totem/sessions.py`): the write, the events and the cascade of a removal.
+"""
 
 from __future__ import annotations
 
@@ -6,39 +11,24 @@ import base64
 import binascii
 import re
 
-from ..agent.loop import REASONING_LEVELS, Prompt, RunRefused
-from ..errors import BadRequest, Forbidden, NotFound
-from ..jobs import JobError
-from ..events import SessionUpdated
-from ..store import session_view
+from ..sessions import DEFAULT_SESSION_NAME, MODES, REASONING_LEVELS
 from . import Action, success
-from .projects import require_project
 
 MAX_NAME_CHARS = 200
-DEFAULT_SESSION_NAME = "New session"
 DEFAULT_MESSAGE_PAGE = 100
 MAX_MESSAGE_PAGE = 500
 
 
 async def require_session(ctx) -> dict:
     """The session of the URL id. Raises NotFound."""
-    session = await ctx.app.store.get_session(ctx.id)
-    if session is None:
-        raise NotFound(("id", f"no session {ctx.id}"))
-    return session
+    return await ctx.services.sessions.get(ctx.id)
 
 
 async def list_sessions(ctx):
     params = ctx.params(("projectid",))
     projectid = params.text("projectid", required=True, max_chars=64)
     params.done()
-    await require_project(ctx, projectid)
-    return [_with_waiting(ctx, session_view(row)) for row in await ctx.app.store.list_sessions(projectid)]
-
-
-def _with_waiting(ctx, session: dict) -> dict:
-    """A session with the number of questions that wait for the person in it."""
-    return session | {"waiting": ctx.app.runs.questions.waiting_in(session["id"])}
+    return await ctx.services.sessions.list(projectid)
 
 
 async def create_session(ctx):
@@ -46,17 +36,12 @@ async def create_session(ctx):
     projectid = body.text("projectid", required=True, max_chars=64)
     name = body.text("name", max_chars=MAX_NAME_CHARS, default=DEFAULT_SESSION_NAME)
     body.done()
-    row = await ctx.app.store.create_session(projectid, name)
-    if row is None:
-        raise NotFound(("projectid", f"no project {projectid}"))
-    session = session_view(row)
-    ctx.app.hub.publish(SessionUpdated(session["id"], session))
-    return _with_waiting(ctx, session)
+    return await ctx.services.sessions.create(projectid, name)
 
 
 async def read_session(ctx):
     ctx.params(()).done()
-    return _with_waiting(ctx, session_view(await require_session(ctx)))
+    return await ctx.services.sessions.read(ctx.id)
 
 
 async def update_session(ctx):
@@ -64,23 +49,11 @@ async def update_session(ctx):
     body = await ctx.body(("name",))
     name = body.text("name", required=True, max_chars=MAX_NAME_CHARS)
     body.done()
-    row = await ctx.app.store.rename_session(ctx.id, name)
-    if row is None:
-        raise NotFound(("id", f"no session {ctx.id}"))
-    session = session_view(row)
-    ctx.app.hub.publish(SessionUpdated(session["id"], session))
-    return _with_waiting(ctx, session)
+    return await ctx.services.sessions.rename(ctx.id, name)
 
 
 async def remove_session(ctx):
-    session = await require_session(ctx)
-    await ctx.app.runs.abort(session["id"])
-    await ctx.app.jobs.forget_session(session["id"])
-    await ctx.app.store.remove_session(session["id"])
-    ctx.app.hub.forget_session(session["id"])
-    ctx.app.hub.publish(SessionUpdated(session["id"], {"id": session["id"], "projectid": session["projectid"],
-                                                       "removed": True}))
-    return success(session["id"])
+    return success(await ctx.services.sessions.remove(ctx.id))
 
 
 async def list_messages(ctx):
@@ -89,8 +62,7 @@ async def list_messages(ctx):
     before = params.text("before", max_chars=64)
     limit = params.integer("limit", 1, MAX_MESSAGE_PAGE, default=DEFAULT_MESSAGE_PAGE)
     params.done()
-    messages, more = await ctx.app.store.list_messages(ctx.id, before, limit)
-    return {"messages": messages, "more": more}
+    return await ctx.services.sessions.messages(ctx.id, before, limit)
 
 
 MAX_PROMPT_CHARS = 1_000_000
@@ -132,68 +104,50 @@ def _attachments(raw) -> tuple[list[tuple[str, str, bytes]], list[tuple[str, str
 
 
 async def prompt_session(ctx):
-    session = await require_session(ctx)
+    await require_session(ctx)  # an unknown session is 404 before its body is read
     body = await ctx.body(("text", "model", "autoaccept", "mode", "reasoning", "attachments"))
     text = body.text("text", max_chars=MAX_PROMPT_CHARS, strip=False, allow_empty=True, default="")
-    model = body.text("model", max_chars=300, default=session["model"])
-    autoaccept = body.boolean("autoaccept", default=bool(session["autoaccept"]))
-    mode = body.choice("mode", ("build", "plan"), default=session["mode"])
+    model = body.text("model", max_chars=300)
+    autoaccept = body.boolean("autoaccept")
+    mode = body.choice("mode", MODES)
     reasoning = body.choice("reasoning", REASONING_LEVELS)
     files, problems = _attachments(body.data.get("attachments"))
     body.errors.extend(problems)
     body.done()
-    if not (text or "").strip() and not files:
-        raise BadRequest(("text", "is required (or attach a file)"))
-    if not model:
-        raise BadRequest(("model", "choose a model; Providers|catalog lists the ones you can use"))
-    await ctx.app.providers.target(model)  # an unknown provider or model reference is refused now
-    project = await ctx.app.store.get_project(session["projectid"])
-    prompt = Prompt(text=text, model=model, mode=mode, autoaccept=autoaccept, reasoning=reasoning, attachments=files)
-    try:
-        messageid = await ctx.app.runs.start_prompt(session, project, prompt)
-    except RunRefused as exc:
-        raise BadRequest(("session", str(exc))) from None
+    messageid = await ctx.services.sessions.prompt(ctx.id, text, model=model, mode=mode, autoaccept=autoaccept,
+                                                   reasoning=reasoning, attachments=files)
     return {"messageid": messageid}
 
 
 async def abort_session(ctx):
-    session = await require_session(ctx)
-    if not await ctx.app.runs.abort(session["id"]):
-        raise BadRequest(("session", "nothing is running in this session"))
-    return success(session["id"])
+    return success(await ctx.services.sessions.abort(ctx.id))
 
 
 async def reply_question(ctx):
     body = await ctx.body(("answer",))
     answer = body.text("answer", required=True, max_chars=10_000)
     body.done()
-    ctx.app.runs.reply_question(ctx.id, answer)
-    return success(ctx.id)
+    return success(ctx.services.sessions.reply_question(ctx.id, answer))
 
 
 async def list_todos(ctx):
     await require_session(ctx)
     ctx.params(()).done()
-    return {"items": await ctx.app.store.get_todos(ctx.id)}
+    return await ctx.services.sessions.todos(ctx.id)
 
 
 async def list_jobs(ctx):
     await require_session(ctx)
     ctx.params(()).done()
-    return ctx.app.jobs.list(ctx.id)
+    return await ctx.services.sessions.jobs_of(ctx.id)
 
 
 async def stop_job(ctx):
-    session = await require_session(ctx)
+    await require_session(ctx)
     body = await ctx.body(("job",))
     jobid = body.text("job", required=True, max_chars=64)
     body.done()
-    if session["mode"] == "plan":
-        raise Forbidden(("mode", "the session is in Plan mode, where nothing is run or stopped"))
-    try:
-        return await ctx.app.jobs.stop(session["id"], jobid)
-    except JobError as exc:
-        raise NotFound(("job", str(exc))) from None
+    return await ctx.services.sessions.stop_job(ctx.id, jobid)
 
 
 ACTIONS = (

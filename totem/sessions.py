@@ -1,0 +1,190 @@
+"""The session use cases: create, read, list, rename, remove, prompt, abort, messages, jobs.
+
+Owns what each use case means, whoever calls it (the REST API today; the MCP route, the
+scheduler and `totem run` later): the checks that are about the domain (a prompt needs text or
+a file, and a model; a job is not stopped in Plan mode), the write, the events published after
+the write, and the cascade of a removal (the run aborted, which rejects the questions that wait
+in it; the jobs stopped with their process groups and forgotten; the rows removed; the hub told).
+It raises the errors of `errors.py`. It never parses HTTP and never imports `api`, `httpd`,
+`websocket` or `routes`; it reaches the loop only through the door of `Runs`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .agent.loop import REASONING_LEVELS, Prompt, RunRefused
+from .agent.providers import ModelError
+from .errors import BadRequest, Forbidden, NotFound
+from .events import SessionUpdated
+from .jobs import JobError
+from .store import session_view
+
+__all__ = ["DEFAULT_SESSION_NAME", "MODES", "REASONING_LEVELS", "Sessions"]
+
+DEFAULT_SESSION_NAME = "New session"
+MODES = ("build", "plan")
+
+# Module-level names for the shapes, since `Sessions.list` hides the builtin inside the class.
+Session = dict[str, Any]
+SessionList = list[Session]
+JobList = list[dict[str, Any]]
+Attachments = list[tuple[str, str, bytes]]  # (name, media type, content) of each file
+
+
+class Sessions:
+    """The conversations of the projects, and what runs in them."""
+
+    def __init__(self, store, hub, runs, jobs, providers):
+        self.store = store
+        self.hub = hub
+        self.runs = runs  # agent.loop.Runs, through start_prompt, abort and the questions
+        self.jobs = jobs
+        self.providers = providers  # agent.providers.Providers, to check a model reference
+
+    # -- reading ----------------------------------------------------------------------------
+
+    async def get(self, sessionid: str) -> Session:
+        """The stored row of a session. Raises NotFound."""
+        row = await self.store.get_session(sessionid)
+        if row is None:
+            raise NotFound(("id", f"no session {sessionid}"))
+        return row
+
+    def view(self, row: Session) -> Session:
+        """A session as answers show it: with `waiting`, the questions that wait for the person."""
+        session = session_view(row)
+        return session | {"waiting": self.runs.questions.waiting_in(session["id"])}
+
+    async def read(self, sessionid: str) -> Session:
+        """Raises NotFound."""
+        return self.view(await self.get(sessionid))
+
+    async def list(self, projectid: str) -> SessionList:
+        """The sessions of a project, the most recently changed first. Raises NotFound."""
+        if await self.store.get_project(projectid) is None:
+            raise NotFound(("id", f"no project {projectid}"))
+        return [self.view(row) for row in await self.store.list_sessions(projectid)]
+
+    async def messages(self, sessionid: str, before: str | None, limit: int) -> dict:
+        """`{messages, more}`: the newest `limit` messages older than `before`, oldest first,
+        with their parts. Raises NotFound."""
+        await self.get(sessionid)
+        messages, more = await self.store.list_messages(sessionid, before, limit)
+        return {"messages": messages, "more": more}
+
+    async def todos(self, sessionid: str) -> dict:
+        """`{items}`: the task list. Raises NotFound."""
+        await self.get(sessionid)
+        return {"items": await self.store.get_todos(sessionid)}
+
+    # -- changing ---------------------------------------------------------------------------
+
+    async def create(self, projectid: str, name: str = DEFAULT_SESSION_NAME) -> Session:
+        """A new idle session of a project; publishes session.updated. Raises NotFound."""
+        row = await self.store.create_session(projectid, name)
+        if row is None:
+            raise NotFound(("projectid", f"no project {projectid}"))
+        session = session_view(row)
+        self.hub.publish(SessionUpdated(session["id"], session))
+        return self.view(row)
+
+    async def rename(self, sessionid: str, name: str) -> Session:
+        """Publishes session.updated. Raises NotFound."""
+        row = await self.store.rename_session(sessionid, name)
+        if row is None:
+            raise NotFound(("id", f"no session {sessionid}"))
+        session = session_view(row)
+        self.hub.publish(SessionUpdated(session["id"], session))
+        return self.view(row)
+
+    async def remove(self, sessionid: str) -> str:
+        """Remove a session and all it holds: its run is aborted (the questions that wait in it
+        end rejected), its jobs are stopped (whole process groups) and forgotten, its rows go
+        (messages, parts, attachments, todos, settings, snapshots) and session.updated says
+        `removed`. Returns the id. Raises NotFound."""
+        session = await self.get(sessionid)
+        await self.wind_down(session["id"])
+        await self.store.remove_session(session["id"])
+        self.announce_removed(session)
+        return session["id"]
+
+    async def wind_down(self, sessionid: str) -> None:
+        """Stop all that runs in a session that is going away: its run (which rejects the
+        questions that wait in it) and its jobs, whose processes are gone when this returns.
+        The first half of a removal; `announce_removed` is the second, after the rows go."""
+        await self.runs.abort(sessionid)
+        await self.jobs.forget_session(sessionid)
+
+    def announce_removed(self, session: Session) -> None:
+        """Forget a removed session in the hub and tell every client that it is gone."""
+        self.hub.forget_session(session["id"])
+        self.hub.publish(SessionUpdated(session["id"], {"id": session["id"], "projectid": session["projectid"],
+                                                        "removed": True}))
+
+    # -- running ----------------------------------------------------------------------------
+
+    async def prompt(self, sessionid: str, text: str = "", *, model: str | None = None,
+                     mode: str | None = None, autoaccept: bool | None = None, reasoning: str | None = None,
+                     attachments: Attachments | None = None) -> str:
+        """Store the person's message and start the run; returns the message id at once.
+
+        `model`, `mode` and `autoaccept` left out (None) take the session's. Raises NotFound,
+        BadRequest (no text and no file, no model, a model that names nothing usable, a mode or
+        reasoning level that does not exist, a session that is already running).
+        """
+        session = await self.get(sessionid)
+        files: Attachments = [*(attachments or ())]
+        model = session["model"] if model is None else model
+        mode = session["mode"] if mode is None else mode
+        autoaccept = bool(session["autoaccept"]) if autoaccept is None else autoaccept
+        if mode not in MODES:
+            raise BadRequest(("mode", f"must be one of {', '.join(MODES)}"))
+        if reasoning is not None and reasoning not in REASONING_LEVELS:
+            raise BadRequest(("reasoning", f"must be one of {', '.join(REASONING_LEVELS)}"))
+        if not (text or "").strip() and not files:
+            raise BadRequest(("text", "is required (or attach a file)"))
+        if not model:
+            raise BadRequest(("model", "choose a model; Providers|catalog lists the ones you can use"))
+        try:
+            await self.providers.target(model)  # an unknown provider or model reference is refused now
+        except ModelError as exc:
+            raise BadRequest(("model", exc.message)) from None
+        project = await self.store.get_project(session["projectid"])
+        prompt = Prompt(text=text, model=model, mode=mode, autoaccept=autoaccept, reasoning=reasoning,
+                        attachments=files)
+        try:
+            return await self.runs.start_prompt(session, project, prompt)
+        except RunRefused as exc:
+            raise BadRequest(("session", str(exc))) from None
+
+    async def abort(self, sessionid: str) -> str:
+        """Stop the run of a session (the questions that wait in it end rejected); returns the id.
+        Raises NotFound, BadRequest when nothing runs."""
+        session = await self.get(sessionid)
+        if not await self.runs.abort(session["id"]):
+            raise BadRequest(("session", "nothing is running in this session"))
+        return session["id"]
+
+    def reply_question(self, questionid: str, answer: str) -> str:
+        """Answer a question of the ask tool; returns its id. Raises NotFound."""
+        self.runs.reply_question(questionid, answer)
+        return questionid
+
+    # -- background jobs --------------------------------------------------------------------
+
+    async def jobs_of(self, sessionid: str) -> JobList:
+        """`[{id, command, status, output, ...}]`. Raises NotFound."""
+        await self.get(sessionid)
+        return self.jobs.list(sessionid)
+
+    async def stop_job(self, sessionid: str, jobid: str) -> dict:
+        """Stop a job (its whole process group); returns the job. Raises NotFound (session or
+        job), Forbidden in Plan mode, where nothing is run or stopped."""
+        session = await self.get(sessionid)
+        if session["mode"] == "plan":
+            raise Forbidden(("mode", "the session is in Plan mode, where nothing is run or stopped"))
+        try:
+            return await self.jobs.stop(session["id"], jobid)
+        except JobError as exc:
+            raise NotFound(("job", str(exc))) from None
