@@ -16,6 +16,7 @@ import os
 import stat
 from typing import Any
 
+from .tools.files import is_temp_name
 from .boundary import BoundaryError, is_protected_env, relative_path, resolve_inside
 from .errors import ApiError, BadRequest, NotFound
 from .git import GitError, folder_status
@@ -147,6 +148,8 @@ def _entry_view(root: str, folder: str, entry: os.DirEntry) -> dict:
 
 def _list_tree(root: str, folder: str) -> tuple[list[dict], bool]:
     with os.scandir(folder) as entries:
-        items = [_entry_view(root, folder, entry) for entry in entries if entry.name not in HIDDEN_IN_TREE]
+        # Totem's own temporary files of a write in progress are no files of the project.
+        items = [_entry_view(root, folder, entry) for entry in entries
+                 if entry.name not in HIDDEN_IN_TREE and not is_temp_name(entry.name)]
     items.sort(key=lambda item: (item["type"] != "dir", item["name"].lower(), item["name"]))
     return items[:MAX_TREE_ITEMS], len(items) > MAX_TREE_ITEMS

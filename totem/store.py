@@ -215,6 +215,18 @@ def migrate(conn: sqlite3.Connection) -> int:
     return len(MIGRATIONS)
 
 
+def _interrupted_changes(conn: sqlite3.Connection) -> list[dict]:
+    rows = conn.execute(
+        "SELECT parts.id, parts.data, projects.path FROM parts JOIN sessions ON sessions.id = parts.sessionid "
+        "JOIN projects ON projects.id = sessions.projectid WHERE parts.closed IS NULL AND parts.kind = 'tool'")
+    found = []
+    for partid, data, root in rows:
+        decoded = json.loads(data) if data else {}
+        if decoded.get("journal"):
+            found.append({"id": partid, "data": decoded, "root": root})
+    return found
+
+
 def _recover_after_crash(conn: sqlite3.Connection) -> None:
     # A run that was streaming when the process died left parts open and its session running.
     stamp = now_ms()
@@ -245,6 +257,9 @@ class Store:
         self._readers = ThreadPoolExecutor(READ_THREADS, thread_name_prefix="totem-read")
         self._reader_conns: list[sqlite3.Connection] = []
         self._reader_lock = threading.Lock()
+        # Tool parts a crash left open with a journal of file changes: {id, data, root}, for the
+        # restart to record from the disk whether the change landed (agent/recovery.py).
+        self.interrupted: list[dict] = []
 
     # -- life cycle ---------------------------------------------------------------------------
 
@@ -258,6 +273,7 @@ class Store:
         try:
             migrate(conn)
             conn.execute("BEGIN IMMEDIATE")
+            self.interrupted = _interrupted_changes(conn)
             _recover_after_crash(conn)
             conn.execute("COMMIT")
         except BaseException:

@@ -11,6 +11,9 @@ the recorder, the questions and the todo event.
 
 from __future__ import annotations
 
+import asyncio
+import threading
+
 from ..events import TodoUpdated
 from ..store import now_ms
 from ..tools import OutsideProject, ToolContext, ToolError
@@ -19,6 +22,7 @@ from .recorder import OpenPart, Recorder
 from .stream import ToolCall
 
 MAX_TOOL_OUTPUT_CHARS = 50_000
+JOURNAL_TIMEOUT_S = 30.0  # a store that cannot take the journal in this time fails the change
 
 
 class ToolCalls:
@@ -96,8 +100,24 @@ class ToolCalls:
         def start_job(command: str) -> dict:
             return self.jobs.start(sessionid, command, root).view()
 
+        loop = asyncio.get_running_loop()
+        loop_thread = threading.get_ident()
+
+        def journal(entries: list[dict]) -> None:
+            # From the tool's worker thread: stored before the change is made (crash recovery).
+            if threading.get_ident() == loop_thread:
+                raise RuntimeError("the journal is written from a worker thread, not the event loop")
+
+            async def record() -> None:
+                open_part.data["journal"] = open_part.data.get("journal", []) + entries
+                await self.recorder.update(open_part, "running")
+            try:
+                asyncio.run_coroutine_threadsafe(record(), loop).result(JOURNAL_TIMEOUT_S)
+            except Exception as exc:
+                raise ToolError(f"nothing was changed: the journal of the change could not be stored ({exc})") from None
+
         open_part.scrub = self.scrubber().stream()
         return ToolContext(root=root, sessionid=sessionid,
                            emit=lambda text: self.recorder.append(open_part, open_part.scrub.feed(text)),
-                           ask=ask, set_todos=set_todos, permit=permit,
+                           ask=ask, set_todos=set_todos, permit=permit, journal=journal,
                            start_job=start_job if self.jobs is not None else None)

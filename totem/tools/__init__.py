@@ -53,6 +53,9 @@ class ToolContext:
     # person is asked. Raises ToolError when denied or rejected.
     permit: Callable[..., Awaitable[None]] | None = None
     start_job: Callable[[str], dict] | None = None  # run a command in the background; returns the job
+    # Called from a worker thread before a change to the project's files: records what the change
+    # will leave on disk (files.change_entry), so a restart after a crash knows what landed.
+    journal: Callable[[list[dict]], None] | None = None
 
 
 @dataclass(frozen=True)

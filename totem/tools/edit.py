@@ -86,7 +86,9 @@ def _edit(ctx: ToolContext, path: str, old: str, new: str, replace_all: bool) ->
         raise ToolError("the replacement leaves the file as it is; nothing to change")
     data = content.encode(changed)
     files.check_size(len(data), shown)
-    files.write_atomic(ctx.root, absolute, data, shown)
+    temp = files.new_temp_name()
+    files.journal(ctx, [files.change_entry(shown, data, temp)])
+    files.write_atomic(ctx.root, absolute, data, shown, temp=temp)
     count = len(starts)
     where = f"line {lines[0]}" if count == 1 else f"lines {_numbers(lines)}"
     summary = f"edited {shown}: replaced {count} occurrence{'' if count == 1 else 's'} at {where}"

@@ -24,7 +24,9 @@ from __future__ import annotations
 import codecs
 import difflib
 import errno
+import hashlib
 import os
+import re
 import secrets
 import stat
 from dataclasses import dataclass
@@ -44,6 +46,7 @@ KEPT_MODE_BITS = 0o777
 TEMP_PREFIX = ".totem-"
 TEMP_SUFFIX = ".tmp"
 TEMP_RANDOM_BYTES = 8
+TEMP_NAME = re.compile(re.escape(TEMP_PREFIX) + f"[0-9a-f]{{{TEMP_RANDOM_BYTES * 2}}}" + re.escape(TEMP_SUFFIX))
 # A NUL byte this close to the start means binary, as in git and the read tool.
 BINARY_SNIFF_BYTES = 8192
 # Text in a legacy encoding has a few bytes that are not UTF-8; binary data has many.
@@ -174,8 +177,33 @@ def count_lines(text: str) -> int:
     return text.count("\n") + (1 if text and not text.endswith("\n") else 0)
 
 
+def new_temp_name() -> str:
+    """A fresh name for the temporary file of a write, in the target's folder."""
+    return f"{TEMP_PREFIX}{secrets.token_hex(TEMP_RANDOM_BYTES)}{TEMP_SUFFIX}"
+
+
+def is_temp_name(name: str) -> bool:
+    """Whether a file name is one of a write's temporary files (never shown, removed at start)."""
+    return TEMP_NAME.fullmatch(name) is not None
+
+
+def change_entry(shown: str, data: bytes | None, temp: str | None = None) -> dict:
+    """What a change will leave on disk, for the journal: the file, the SHA-256 of its new
+    content (None: removed) and the temporary file the write goes through."""
+    return {"path": shown, "sha256": hashlib.sha256(data).hexdigest() if data is not None else None,
+            "temp": temp}
+
+
+def journal(ctx: ToolContext, entries: list[dict]) -> None:
+    """Record the changes before making them, so that a restart after a crash knows what landed
+    and which temporary files to remove (blocks until stored; nothing outside the agent loop)."""
+    if ctx.journal is not None:
+        ctx.journal(entries)
+
+
 def write_atomic(root: str, absolute: str, data: bytes, shown: str, *, mode: int | None = None,
-                 new_mode: int = NEW_FILE_MODE, created: list[str] | None = None) -> bool:
+                 new_mode: int = NEW_FILE_MODE, created: list[str] | None = None,
+                 temp: str | None = None) -> bool:
     """Create or replace the file at `absolute` with `data`, atomically; True when created.
 
     The file gets `mode` exactly when given; otherwise a file that exists keeps its
@@ -187,7 +215,7 @@ def write_atomic(root: str, absolute: str, data: bytes, shown: str, *, mode: int
     folder = _open_folder(root, os.path.dirname(absolute), shown, create=created
                           if created is not None else [])
     name = os.path.basename(absolute)
-    temp = f"{TEMP_PREFIX}{secrets.token_hex(TEMP_RANDOM_BYTES)}{TEMP_SUFFIX}"
+    temp = temp or new_temp_name()
     made = False
     try:
         try:

@@ -602,6 +602,9 @@ def _write_all(ctx: ToolContext, writes: list[_Write], deletes: list[_Delete]) -
     """Write and delete, checking each target again; on a failure, restore what was done."""
     done: list[_Write | _Delete] = []
     created: list[str] = []
+    temps = {id(step): files.new_temp_name() for step in writes}
+    files.journal(ctx, [files.change_entry(step.shown, step.data, temps[id(step)]) for step in writes]
+                  + [files.change_entry(step.shown, None) for step in deletes])
     try:
         for step in [*writes, *deletes]:
             if files.resolve_target(ctx, step.path) != step.absolute:
@@ -609,7 +612,7 @@ def _write_all(ctx: ToolContext, writes: list[_Write], deletes: list[_Delete]) -
                                 "was being applied")
             if isinstance(step, _Write):
                 files.write_atomic(ctx.root, step.absolute, step.data, step.shown, mode=step.mode,
-                                   new_mode=step.new_mode, created=created)
+                                   new_mode=step.new_mode, created=created, temp=temps[id(step)])
             else:
                 files.remove_file(ctx.root, step.absolute, step.shown)
             done.append(step)

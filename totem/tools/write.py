@@ -46,8 +46,10 @@ def _write(ctx: ToolContext, path: str, content: str) -> ToolResult:
     data = files.encode_new(content, shown)
     files.check_parent(ctx.root, absolute, shown)
     created_folders: list[str] = []
+    temp = files.new_temp_name()
+    files.journal(ctx, [files.change_entry(shown, data, temp)])
     try:
-        created = files.write_atomic(ctx.root, absolute, data, shown, created=created_folders)
+        created = files.write_atomic(ctx.root, absolute, data, shown, created=created_folders, temp=temp)
     except ToolError:
         files.remove_folders(created_folders)
         raise
