@@ -154,7 +154,7 @@ class AdversarialCase(LoopCase):
     async def subscribe(self, sessionid: str) -> None:
         await self.ws.send(json.dumps({"type": "subscribe", "sessionid": sessionid}))
         for _ in range(400):
-            if any(sessionid in c.subscriptions for c in self.app.hub._connections):
+            if self.app.hub.subscribed(sessionid):
                 return
             await asyncio.sleep(5 * MS)
         self.fail("the subscription did not register")

@@ -103,7 +103,7 @@ class AskFlowTest(LoopCase):
         await self.events_until("aborted")
         answer = await call(self.app, "permissions_reply", {"reply": "once"}, ident=ask["data"]["id"])
         self.assertEqual(answer.status, 404)
-        self.assertEqual(self.app.hub.pending(self.session["id"]), [])
+        self.assertEqual(self.app.runs.questions.waiting(self.session["id"]), [])
 
     async def test_session_removed_while_question_waits(self):
         """Removing a session while a question waits rejects it and forgets it."""
@@ -114,7 +114,7 @@ class AskFlowTest(LoopCase):
         self.assertEqual(answer.status, 200)
         replied = await wait_for(self.ws, "permission.replied")
         self.assertEqual(replied["data"], {"id": ask["data"]["id"], "reply": "reject"})
-        self.assertEqual(self.app.hub.pending(self.session["id"]), [])
+        self.assertEqual(self.app.runs.questions.waiting(self.session["id"]), [])
         self.assertFalse(self.app.runs.is_running(self.session["id"]))
 
     async def test_other_client_sees_reply(self):
@@ -122,7 +122,7 @@ class AskFlowTest(LoopCase):
         async with await open_ws(self.app) as other:
             await other.send(json.dumps({"type": "subscribe", "sessionid": self.session["id"]}))
             for _ in range(200):
-                if sum(self.session["id"] in c.subscriptions for c in self.app.hub._connections) == 2:
+                if self.app.hub.subscriber_count(self.session["id"]) == 2:
                     break
                 await asyncio.sleep(5 * MS)
             self.model.script(reply(tool_calls=[("read", {"path": ".env"})]), reply("ok"))

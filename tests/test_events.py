@@ -1,12 +1,14 @@
 """The event protocol: wire shapes, client messages, and the WebSocket hub on a real socket."""
 
 import asyncio
+import contextlib
 import base64
 import json
 import os
 import re
 import struct
 import unittest
+from unittest import mock
 
 from websockets.exceptions import ConnectionClosed
 
@@ -48,9 +50,135 @@ class WireTest(unittest.TestCase):
         for text in ("", "nope", "[]", "1", '{"type":"subscribe"}', '{"type":"publish","sessionid":"a"}',
                      '{"type":"subscribe","sessionid":5}', '{"type":"subscribe","sessionid":""}',
                      '{"type":"subscribe","sessionid":"' + "x" * 65 + '"}',
-                     '{"type":"subscribe","sessionid":"a","extra":1}', "[" * 100000):
+                     '{"type":"subscribe","sessionid":"a","extra":1}', "[" * 100000,
+                     '{"type":["subscribe"],"sessionid":"a"}', '{"type":{"a":1},"sessionid":"a"}',
+                     '{"type":null,"sessionid":"a"}', '{"type":"subscribe","sessionid":["a"]}',
+                     '{"type":"subscribe","sessionid":{}}', '{"type":"subscribe","sessionid":null}',
+                     '{"type":"subscribe","sessionid":NaN}', '{"type":"subscribe","sessionid":' + "9" * 5000 + "}",
+                     b"\xff", b'{"type":"subscribe","sessionid":"\xc3"}'):
             with self.assertRaises(ProtocolError, msg=text[:40]):
                 parse_client_message(text)
+
+    def test_parse_client_message_bytes(self):
+        """A message may be given as its UTF-8 bytes."""
+        self.assertEqual(parse_client_message(b'{"type":"subscribe","sessionid":"\xc3\xa9"}'), Subscribe("\u00e9"))
+
+    def test_encode_compact_utf8(self):
+        """encode() gives compact UTF-8 JSON; a lone surrogate is escaped instead of raising."""
+        self.assertEqual(events.encode(PartDelta("s", "p", "\u00e9"), 7),
+                         '{"type":"part.delta","sessionid":"s","ts":7,"data":{"partid":"p","text":"\u00e9"}}'.encode())
+        frame = events.encode(PartDelta("s", "p", "a\ud800b"), 7)
+        self.assertEqual(json.loads(frame)["data"]["text"], "a\ud800b")
+
+
+class FakeSubscriber:
+    """An events.Subscriber that keeps what it is sent."""
+
+    def __init__(self):
+        self.frames = []
+        self.closed = None
+
+    def send(self, frame):
+        self.frames.append(frame)
+
+    def close(self, code, reason):
+        self.closed = (code, reason)
+
+    async def wait_closed(self):
+        return None
+
+
+class FakeReplay:
+    """An events.Replay with fixed sessions, open parts and waiting asks."""
+
+    def __init__(self, sessions=("s1", "s2"), parts=None, asks=None):
+        self.sessions = set(sessions)
+        self.parts = parts or {}
+        self.asks = asks or {}
+
+    def waiting_asks(self, sessionid):
+        return self.asks.get(sessionid, [])
+
+    async def session_exists(self, sessionid):
+        return sessionid in self.sessions
+
+    def open_parts(self, sessionid):
+        return self.parts.get(sessionid, [])
+
+
+class HubUnitTest(unittest.IsolatedAsyncioTestCase):
+    """The hub without sockets, through its seams."""
+
+    def make(self, count=3, **replay):
+        hub = events.Hub(FakeReplay(**replay))
+        clients = [FakeSubscriber() for _ in range(count)]
+        for client in clients:
+            hub.attach(client)
+        return hub, clients
+
+    async def test_one_frame_object_for_every_subscriber(self):
+        """An event is encoded once: every subscriber queues the same bytes object."""
+        hub, clients = self.make()
+        for client in clients:
+            await hub.subscribe(client, "s1")
+        with mock.patch.object(events, "encode", wraps=events.encode) as encode:
+            hub.publish(PartDelta("s1", "p", "x"))
+        self.assertEqual(encode.call_count, 1)
+        self.assertIsInstance(clients[0].frames[0], bytes)
+        self.assertTrue(all(client.frames[0] is clients[0].frames[0] for client in clients))
+
+    async def test_resubscribe_sends_nothing_new(self):
+        """A repeated subscribe to a followed session sends nothing; after unsubscribe the
+        catch-up comes again."""
+        hub, (client,) = self.make(1, parts={"s1": [{"id": "p1", "text": "so far"}]},
+                                   asks={"s1": [QuestionAsk("s1", "q1", "Which?", ["a"])]})
+        for _ in range(100):
+            await hub.subscribe(client, "s1")
+        self.assertEqual([json.loads(f)["type"] for f in client.frames], ["part.created", "question.ask"])
+        hub.unsubscribe(client, "s1")
+        await hub.subscribe(client, "s1")
+        self.assertEqual(len(client.frames), 4)
+
+    async def test_receive_validates_and_routes(self):
+        """receive() parses a message, subscribes or unsubscribes, and raises ProtocolError."""
+        hub, (client,) = self.make(1)
+        await hub.receive(client, b'{"type":"subscribe","sessionid":"s1"}')
+        self.assertTrue(hub.subscribed("s1"))
+        await hub.receive(client, '{"type":"unsubscribe","sessionid":"s1"}')
+        self.assertFalse(hub.subscribed("s1"))
+        with self.assertRaises(ProtocolError):
+            await hub.receive(client, '{"type":["subscribe"],"sessionid":"s1"}')
+
+    async def test_unknown_session_answers_error(self):
+        """Subscribing to an unknown session sends an error event and follows nothing."""
+        hub, (client,) = self.make(1)
+        await hub.subscribe(client, "nope")
+        self.assertEqual(json.loads(client.frames[0])["data"], {"message": "no session nope", "retry": False})
+        self.assertEqual(hub.subscriber_count("nope"), 0)
+
+    async def test_subscription_limit(self):
+        """Past MAX_SUBSCRIPTIONS sessions a subscribe raises ProtocolError; a followed one does not."""
+        sessions = [f"s{i}" for i in range(events.MAX_SUBSCRIPTIONS + 1)]
+        hub, (client,) = self.make(1, sessions=sessions)
+        for sessionid in sessions[:-1]:
+            await hub.subscribe(client, sessionid)
+        await hub.subscribe(client, sessions[0])
+        with self.assertRaises(ProtocolError):
+            await hub.subscribe(client, sessions[-1])
+
+    async def test_detach_and_forget(self):
+        """A detached subscriber gets nothing more; a forgotten session has no followers or asks."""
+        hub, (one, two) = self.make(2)
+        await hub.subscribe(one, "s1")
+        await hub.subscribe(two, "s1")
+        hub.detach(one)
+        self.assertEqual((hub.connection_count, hub.subscriber_count("s1")), (1, 1))
+        hub.publish(PermissionAsk("s1", "a1", "bash", {}, []))
+        hub.forget_session("s1")
+        self.assertFalse(hub.subscribed("s1"))
+        hub.publish(SessionStatus("s1", "idle"))  # broadcast: the attached one only
+        self.assertEqual(([json.loads(f)["type"] for f in two.frames], one.frames),
+                         (["permission.ask", "session.status"], []))
 
 
 class DocsAgreeTest(unittest.TestCase):
@@ -76,7 +204,7 @@ async def subscribe(ws, sessionid):
 async def settle(app, sessionid, count=1):
     """Wait until `count` connections are subscribed to a session (subscribing is async)."""
     for _ in range(200):
-        if sum(sessionid in c.subscriptions for c in app.hub._connections) >= count:
+        if app.hub.subscriber_count(sessionid) >= count:
             return
         await asyncio.sleep(5 * MS)
     raise AssertionError("subscription did not arrive")
@@ -117,7 +245,7 @@ class HubTest(TotemCase):
             await settle(self.app, self.session["id"])
             await ws.send(json.dumps({"type": "unsubscribe", "sessionid": self.session["id"]}))
             for _ in range(100):
-                if not any(self.session["id"] in c.subscriptions for c in self.app.hub._connections):
+                if not self.app.hub.subscribed(self.session["id"]):
                     break
                 await asyncio.sleep(5 * MS)
             self.app.hub.publish(PartDelta(self.session["id"], "p", "hidden"))
@@ -140,21 +268,26 @@ class HubTest(TotemCase):
                 self.assertEqual(texts, [str(i) for i in range(2000)])
 
     async def test_pending_questions_resent_on_subscribe(self):
-        """A client that subscribes late gets the waiting questions, answered ones not."""
+        """A client that subscribes late gets the questions that wait, answered ones not."""
         sid = self.session["id"]
-        self.app.hub.publish(PermissionAsk(sid, "ask1", "bash", {"command": "ls"}, ["ls *"]))
-        self.app.hub.publish(QuestionAsk(sid, "q1", "Which?", ["a", "b"]))
-        self.app.hub.publish(PermissionAsk(sid, "ask2", "write", {"path": "a"}, ["a"]))
-        self.app.hub.publish(PermissionReplied(sid, "ask2", "once"))
+        questions = self.app.runs.questions
+        first = asyncio.create_task(questions.permission(sid, "bash", {"command": "ls"}, ["ls *"]))
+        second = asyncio.create_task(questions.question(sid, "Which?", ["a", "b"]))
+        third = asyncio.create_task(questions.permission(sid, "write", {"path": "a"}, ["a"]))
+        await asyncio.sleep(0)
+        ids = [event.id for event in questions.waiting(sid)]
+        questions.reply_permission(ids[2], "once", None)
+        await third
         async with await open_ws(self.app) as ws:
             await subscribe(ws, sid)
-            first, second = await next_event(ws), await next_event(ws)
-            self.assertEqual((first["type"], first["data"]["id"]), ("permission.ask", "ask1"))
-            self.assertEqual(first["data"]["patterns"], ["ls *"])
-            self.assertEqual((second["type"], second["data"]["id"]), ("question.ask", "q1"))
-        self.app.hub.publish(QuestionReplied(sid, "q1"))
-        self.app.hub.publish(PermissionReplied(sid, "ask1", "reject"))
-        self.assertEqual(self.app.hub.pending(sid), [])
+            one, two = await next_event(ws), await next_event(ws)
+            self.assertEqual((one["type"], one["data"]["id"]), ("permission.ask", ids[0]))
+            self.assertEqual(one["data"]["patterns"], ["ls *"])
+            self.assertEqual((two["type"], two["data"]["id"]), ("question.ask", ids[1]))
+        questions.reply_question(ids[1], "a")
+        questions.reply_permission(ids[0], "reject", None)
+        await asyncio.gather(first, second)
+        self.assertEqual(questions.waiting(sid), [])
 
     async def test_unknown_session_subscribe_error(self):
         """Subscribing to an unknown session answers an error event and subscribes nothing."""
@@ -165,19 +298,24 @@ class HubTest(TotemCase):
             self.assertEqual(event["data"], {"message": "no session nope", "retry": False})
 
     async def test_removed_session_drops_subscription(self):
-        """Removing a session unsubscribes its clients and forgets its questions."""
+        """Removing a session unsubscribes its clients and rejects its questions."""
         from tests.utils import call
         sid = self.session["id"]
-        self.app.hub.publish(PermissionAsk(sid, "ask1", "bash", {}, []))
+        asked = asyncio.create_task(self.app.runs.questions.permission(sid, "bash", {}, []))
+        await asyncio.sleep(0)
         async with await open_ws(self.app) as ws:
             await subscribe(ws, sid)
             self.assertEqual((await next_event(ws))["type"], "permission.ask")
             await call(self.app, "sessions_remove", ident=sid, method="POST")
+            asked.cancel()  # the run that asked would be aborted by the removal
+            with contextlib.suppress(asyncio.CancelledError):
+                await asked
             event = await next_event(ws)
-            self.assertEqual(event["type"], "session.updated")
+            while event["type"] != "session.updated":
+                event = await next_event(ws)
             self.assertTrue(event["data"]["session"]["removed"])
-            self.assertEqual(self.app.hub.pending(sid), [])
-            self.assertFalse(any(sid in c.subscriptions for c in self.app.hub._connections))
+            self.assertEqual(self.app.runs.questions.waiting(sid), [])
+            self.assertFalse(self.app.hub.subscribed(sid))
 
     async def test_bad_json_closes_1008(self):
         """A malformed message closes the connection with 1008."""

@@ -59,7 +59,7 @@ class LoopCase(TotemCase):
         self.addAsyncCleanup(self.ws.close)
         await self.ws.send(json.dumps({"type": "subscribe", "sessionid": self.session["id"]}))
         for _ in range(200):
-            if any(self.session["id"] in c.subscriptions for c in self.app.hub._connections):
+            if self.app.hub.subscribed(self.session["id"]):
                 break
             await asyncio.sleep(5 * MS)
 

@@ -12,22 +12,37 @@ import logging
 import os
 import signal
 import sys
+from dataclasses import dataclass
 
 from .agent.loop import Runs
 from .agent.providers import Providers
+from .agent.recovery import recover_changes
 from .auth import Perimeter
 from .config import Config, ConfigError, default_config_path, load_config
 from .events import Hub
 from .httpd import HttpServer
 from .jobs import Jobs
+from .projects import Projects
+from .providers_service import ProvidersService
 from .routes import Router
+from .sessions import Sessions
 from .store import Store
 from .tools import default_registry
-from .vault import Scrubber, Vault, VaultError, secrets_of
+from .vault import Vault
 
 STATIC_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "static")
 
 log = logging.getLogger("totem")
+
+
+@dataclass(frozen=True)
+class Services:
+    """The use cases that adapters call (the API handlers as `ctx.services`; later the MCP
+    route, the scheduler and `totem run`): one service per group, built here once."""
+
+    sessions: Sessions
+    projects: Projects
+    providers: ProvidersService
 
 
 class App:
@@ -38,43 +53,41 @@ class App:
         self.store = Store(config.data)
         self.vault = Vault.open(config)  # reads or creates <data>/secret.key; raises VaultError
         self.providers = Providers(self.store, self.vault)
-        self.hub = Hub(config.wsqueue, config.wsping, self._session_exists, lambda sid: self.runs.open_parts(sid))
+        # Holds the scrubber of tool, job and terminal output; built in start() from the stored keys.
+        provider_service = ProvidersService(self.providers, config)
+        self.hub = Hub(self)  # the App is the hub's events.Replay (below)
         self.perimeter = Perimeter(config, self.store)
-        self.scrubber = Scrubber.empty()  # the real one is built in start(), from the stored keys
-        self.jobs = Jobs(self.store.ids.new, lambda: self.scrubber)
+        self.jobs = Jobs(self.store.ids.new, provider_service.scrubber)
         self.runs = Runs(self.store, self.hub, self.providers, default_registry(), config.steps, config.rules,
-                         self.jobs, lambda: self.scrubber)
+                         self.jobs, provider_service.scrubber)
+        sessions = Sessions(self.store, self.hub, self.runs, self.jobs, self.providers)
+        self.services = Services(sessions=sessions, projects=Projects(self.store, sessions),
+                                 providers=provider_service)
         self.router = Router(self, static_dir)
         self.http = HttpServer(self.router.handle, config.headtimeout, config.bodytimeout, config.keepalive)
 
-    async def _session_exists(self, sessionid: str) -> bool:
+    # -- events.Replay: what the hub asks when a connection subscribes to a session -----------
+
+    async def session_exists(self, sessionid: str) -> bool:
         return await self.store.get_session(sessionid) is not None
+
+    def open_parts(self, sessionid: str) -> list[dict]:
+        return self.runs.open_parts(sessionid)  # the hub is built before the runs that it relays
+
+    def waiting_asks(self, sessionid: str) -> list:
+        return self.runs.questions.waiting(sessionid)
 
     async def start(self) -> None:
         """Open the database and listen. Raises OSError (address in use), RuntimeError."""
         os.makedirs(self.config.data, mode=0o700, exist_ok=True)
         await self.store.open()
-        await self.refresh_scrubber()
+        await recover_changes(self.store)  # what a crash left half-done is read from the disk
+        await self.services.providers.refresh_scrubber()
         try:
             await self.http.start(self.config.listen, self.config.port)
         except BaseException:
             await self.store.close()
             raise
-
-    async def refresh_scrubber(self) -> None:
-        """Rebuild the scrubber of tool, job and terminal output from the current secrets.
-
-        Called at start and whenever a provider key is saved or removed.
-        """
-        keys = {}
-        for provider in await self.providers.list():
-            try:
-                found = await self.providers.stored_key(provider["id"])
-            except VaultError:
-                continue  # a key that cannot be decrypted cannot leak either
-            if found is not None and found[1]:
-                keys[provider["name"]] = found[1]
-        self.scrubber = Scrubber(await asyncio.to_thread(secrets_of, self.config, keys))
 
     @property
     def port(self) -> int:

@@ -61,7 +61,10 @@ class Router:
             raise Forbidden(("origin", "WebSocket connections from another origin are refused"))
         await perimeter.authenticate(request)
         reader, writer, leftover = request.detach()
-        await self.app.hub.serve(request, reader, writer, leftover, SECURITY_HEADERS)
+        from .websocket import Limits, serve  # websockets is imported with the first connection
+        config = self.app.config
+        limits = Limits(config.wsqueue, config.wsqueuebytes, config.wsping)
+        await serve(self.app.hub, limits, request, reader, writer, leftover, SECURITY_HEADERS)
         return None
 
     async def _page(self, request) -> Response:

@@ -1,61 +1,116 @@
 """One WebSocket connection of `/ws/`: websockets' Sans-I/O protocol driven by our own streams.
 
 Owns the handshake (parsed by the protocol from the head that httpd read), the framing, the
-connection's subscriptions and bounded outgoing queue, pings, and closing with the right code on
-a bad frame. What a frame means is decided by `events.parse_client_message`; who gets which
-event is the Hub's. Imported with the first connection, so start-up does not pay for websockets.
+connection's outgoing queue (bounded in frames and in bytes), pings, and closing with the right
+code. What a message means and who gets which event is the Hub's (`events.py`): the connection
+hands it each text message and takes the frames it is sent, through the hub's public methods
+only. Imported with the first connection (see `app.py`), so start-up does not pay for websockets.
+
+Close codes: 1008 a message that is not one of the protocol (one log line each), 1003 a binary
+message, 1009 a message over MAX_CLIENT_MESSAGE_BYTES, 1013 a client that fell behind either
+bound of its queue (it reconnects and reads `Sessions|messages`), 1011 a missed pong or an
+internal error, 1001 the server stopping.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import logging
 import os
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
-from websockets.frames import CloseCode, Opcode
+from websockets.frames import CloseCode, Frame, Opcode
 from websockets.http11 import Request as WsRequest
 from websockets.protocol import State
 from websockets.server import ServerProtocol
+from websockets.typing import BytesLike
 
-from .events import Hub, ProtocolError, RunError, Unsubscribe, parse_client_message
-from .store import now_ms
+from .events import Hub, ProtocolError
+
+log = logging.getLogger("totem.websocket")
 
 MAX_CLIENT_MESSAGE_BYTES = 64 * 1024
-MAX_SUBSCRIPTIONS = 256
 CLOSE_TIMEOUT_S = 2.0
 READ_CHUNK_BYTES = 64 * 1024
+MAX_REASON_CHARS = 120  # a close reason must fit in 123 bytes
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The bounds of one connection (config keys wsqueue, wsqueuebytes, wsping)."""
+
+    queue_frames: int  # frames waiting to be written before the client is closed (1013)
+    queue_bytes: int  # bytes of those frames before the client is closed (1013)
+    ping_interval: float  # seconds between pings, and how long a pong may take
+
+
+async def serve(hub: Hub, limits: Limits, request: Any, reader: asyncio.StreamReader,
+                writer: asyncio.StreamWriter, leftover: bytes, extra_headers: Sequence[tuple[str, str]]) -> None:
+    """Run one WebSocket connection until it closes. The request is already authorized."""
+    await Connection(hub, limits, reader, writer).run(request, leftover, extra_headers)
 
 
 class Connection:
-    """One WebSocket connection: its protocol state, subscriptions and outgoing queue."""
+    """One WebSocket connection: its protocol state and its bounded outgoing queue.
 
-    def __init__(self, hub: Hub, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+    To the hub it is an `events.Subscriber`: `send()`, `close()`, `wait_closed()`."""
+
+    def __init__(self, hub: Hub, limits: Limits, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
         self.hub = hub
+        self.limits = limits
         self.reader = reader
         self.writer = writer
         self.protocol = ServerProtocol(max_size=MAX_CLIENT_MESSAGE_BYTES)
-        self.subscriptions: set[str] = set()
-        self.queue: asyncio.Queue[str] = asyncio.Queue()
         self.finished = asyncio.Event()
+        self._queue: deque[bytes] = deque()
+        self._queued_bytes = 0
+        self._ready = asyncio.Event()  # set when the queue has frames, or the connection closes
         self._pong = asyncio.Event()
-        self._fragments: list[bytes] | None = None
-        self._tasks: set[asyncio.Task] = set()
+        self._fragments: list[BytesLike] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
 
-    def enqueue(self, frame: str) -> None:
+    # -- events.Subscriber ----------------------------------------------------------------
+
+    def send(self, frame: bytes) -> None:
+        """Queue an encoded text frame. Past either bound the client is closed (1013) at once.
+
+        A frame bigger than the byte bound on its own (a long open part) is still taken while
+        nothing else waits, so one catch-up never closes a client that reads."""
         if self.protocol.state is not State.OPEN:
             return
-        if self.queue.qsize() >= self.hub.queue_limit:
+        if len(self._queue) >= self.limits.queue_frames or (
+                self._queue and self._queued_bytes + len(frame) > self.limits.queue_bytes):
             # A client that cannot keep up is dropped; it reloads the stored state on reconnect.
+            log.info("WebSocket client too slow, closed (1013): %d frames, %d bytes waiting",
+                     len(self._queue), self._queued_bytes)
             self.close(CloseCode.TRY_AGAIN_LATER, "too slow: reconnect and reload")
             return
-        self.queue.put_nowait(frame)
+        self._queue.append(frame)
+        self._queued_bytes += len(frame)
+        self._ready.set()
 
     def close(self, code: int, reason: str) -> None:
         if self.protocol.state is State.OPEN:
-            self.protocol.send_close(code, reason)
+            self._queue.clear()  # what was not written yet is never sent: free it now
+            self._queued_bytes = 0
+            self._ready.set()  # the sender sees the state and stops
+            self.protocol.send_close(code, reason[:MAX_REASON_CHARS])
             self._flush()
             # A client that never answers the close frame is cut off.
             asyncio.get_running_loop().call_later(CLOSE_TIMEOUT_S, self._abort)
+
+    async def wait_closed(self) -> None:
+        await self.finished.wait()
+
+    # -- the connection's life ------------------------------------------------------------
+
+    def _refuse(self, code: int, reason: str) -> None:
+        """Close for a message the client should not have sent, with one log line."""
+        log.warning("WebSocket message refused, closed (%d): %s", code, reason[:MAX_REASON_CHARS])
+        self.close(code, reason)
 
     def _abort(self) -> None:
         if self.protocol.state is not State.CLOSED and not self.finished.is_set():
@@ -70,7 +125,7 @@ class Connection:
         if b"" in chunks and not self.writer.is_closing():
             self.writer.close()  # the protocol asks for the end of the TCP stream
 
-    async def run(self, request, leftover: bytes, extra_headers) -> None:
+    async def run(self, request: Any, leftover: bytes, extra_headers: Sequence[tuple[str, str]]) -> None:
         # The protocol parses the handshake itself from the head that httpd already read.
         self.protocol.receive_data(request.raw_head)
         handshake = next((e for e in self.protocol.events_received() if isinstance(e, WsRequest)), None)
@@ -85,7 +140,7 @@ class Connection:
         if self.protocol.state is not State.OPEN:
             await self._shutdown()
             return
-        self.hub._add(self)
+        self.hub.attach(self)
         try:
             sender = asyncio.create_task(self._send_loop())
             pinger = asyncio.create_task(self._ping_loop())
@@ -95,7 +150,7 @@ class Connection:
                 await self._handle_events()
             await self._receive_loop()
         finally:
-            self.hub._remove(self)
+            self.hub.detach(self)
             for task in self._tasks:
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -106,7 +161,7 @@ class Connection:
             try:
                 timeout = CLOSE_TIMEOUT_S if self.protocol.state is State.CLOSING else None
                 data = await asyncio.wait_for(self.reader.read(READ_CHUNK_BYTES), timeout)
-            except (asyncio.TimeoutError, ConnectionError):
+            except (TimeoutError, ConnectionError):
                 return
             if data:
                 self.protocol.receive_data(data)
@@ -117,16 +172,20 @@ class Connection:
                 return
 
     async def _handle_events(self) -> None:
-        for frame in self.protocol.events_received():
-            if frame.opcode is Opcode.PONG:
+        for event in self.protocol.events_received():
+            if not isinstance(event, Frame):
+                continue
+            if event.opcode is Opcode.PONG:
                 self._pong.set()
-            elif frame.opcode in (Opcode.TEXT, Opcode.BINARY, Opcode.CONT):
-                await self._handle_data_frame(frame)
+            elif event.opcode in (Opcode.TEXT, Opcode.BINARY, Opcode.CONT):
+                await self._handle_data_frame(event)
         self._flush()
 
-    async def _handle_data_frame(self, frame) -> None:
+    async def _handle_data_frame(self, frame: Frame) -> None:
+        if self.protocol.state is not State.OPEN:
+            return  # closing: what the client still sends is not acted on
         if frame.opcode is Opcode.BINARY:
-            self.close(CloseCode.UNSUPPORTED_DATA, "only text messages")
+            self._refuse(CloseCode.UNSUPPORTED_DATA, "only text messages")
             return
         if frame.opcode is Opcode.TEXT:
             self._fragments = []
@@ -134,44 +193,30 @@ class Connection:
             return
         self._fragments.append(frame.data)
         if sum(map(len, self._fragments)) > MAX_CLIENT_MESSAGE_BYTES:
-            self.close(CloseCode.MESSAGE_TOO_BIG, "message too big")
+            self._refuse(CloseCode.MESSAGE_TOO_BIG, "message too big")
             return
         if not frame.fin:
             return
         payload, self._fragments = b"".join(self._fragments), None
         try:
-            message = parse_client_message(payload.decode("utf-8"))
-        except (ProtocolError, UnicodeDecodeError) as exc:
-            self.close(CloseCode.POLICY_VIOLATION, str(exc)[:120])
-            return
-        await self._apply(message)
-
-    async def _apply(self, message) -> None:
-        sessionid = message.sessionid
-        if isinstance(message, Unsubscribe):
-            self.subscriptions.discard(sessionid)
-            return
-        if len(self.subscriptions) >= MAX_SUBSCRIPTIONS and sessionid not in self.subscriptions:
-            self.close(CloseCode.POLICY_VIOLATION, f"more than {MAX_SUBSCRIPTIONS} subscriptions")
-            return
-        if not await self.hub._session_exists(sessionid):
-            self.enqueue(json.dumps(RunError(sessionid, f"no session {sessionid}", False).to_wire(now_ms())))
-            return
-        if self.protocol.state is not State.OPEN:
-            return
-        self.subscriptions.add(sessionid)
-        for frame in self.hub.catch_up(sessionid):
-            self.enqueue(frame)
+            await self.hub.receive(self, payload)
+        except ProtocolError as exc:
+            self._refuse(CloseCode.POLICY_VIOLATION, str(exc))
+        except Exception:
+            log.exception("WebSocket message failed")
+            self.close(CloseCode.INTERNAL_ERROR, "internal error")
 
     async def _send_loop(self) -> None:
         while True:
-            frame = await self.queue.get()
+            await self._ready.wait()
+            self._ready.clear()
             if self.protocol.state is not State.OPEN:
                 return
-            self.protocol.send_text(frame.encode())
-            # Take what else is waiting too, so a burst of deltas costs one write and one drain.
-            while not self.queue.empty() and self.protocol.state is State.OPEN:
-                self.protocol.send_text(self.queue.get_nowait().encode())
+            # Take everything that waits, so a burst of deltas costs one write and one drain.
+            while self._queue and self.protocol.state is State.OPEN:
+                frame = self._queue.popleft()
+                self._queued_bytes -= len(frame)
+                self.protocol.send_text(frame)
             self._flush()
             try:
                 await self.writer.drain()
@@ -180,13 +225,13 @@ class Connection:
 
     async def _ping_loop(self) -> None:
         while self.protocol.state is State.OPEN:
-            await asyncio.sleep(self.hub.ping_interval)
+            await asyncio.sleep(self.limits.ping_interval)
             self._pong.clear()
             self.protocol.send_ping(os.urandom(4))
             self._flush()
             try:
-                await asyncio.wait_for(self._pong.wait(), self.hub.ping_interval)
-            except asyncio.TimeoutError:
+                await asyncio.wait_for(self._pong.wait(), self.limits.ping_interval)
+            except TimeoutError:
                 self.close(CloseCode.INTERNAL_ERROR, "keepalive ping timeout")
                 self.writer.close()
                 return
@@ -196,6 +241,6 @@ class Connection:
             self.writer.close()
         try:
             await asyncio.wait_for(self.writer.wait_closed(), CLOSE_TIMEOUT_S)
-        except (asyncio.TimeoutError, ConnectionError):
+        except (TimeoutError, ConnectionError):
             self.writer.transport.abort()
         self.finished.set()

@@ -26,6 +26,7 @@ class _Waiting:
     patterns: list[str]
     tool: str = ""
     commands: list[dict] = field(default_factory=list)
+    event: object = None  # the ask as it was published, sent again to a new subscriber
 
 
 class Questions:
@@ -49,8 +50,9 @@ class Questions:
         commands = commands or []
         waiting = _Waiting(sessionid, "permission", asyncio.get_running_loop().create_future(),
                            patterns, tool, commands)
+        waiting.event = PermissionAsk(sessionid, askid, tool, args, patterns, reason, folder, commands)
         self._waiting[askid] = waiting
-        self.hub.publish(PermissionAsk(sessionid, askid, tool, args, patterns, reason, folder, commands))
+        self.hub.publish(waiting.event)
         try:
             reply, chosen = await waiting.future
         except asyncio.CancelledError:
@@ -66,8 +68,9 @@ class Questions:
         """Ask the person a question; returns the answer. Cancelled → the question is dropped."""
         questionid = self.new_id()
         waiting = _Waiting(sessionid, "question", asyncio.get_running_loop().create_future(), [])
+        waiting.event = QuestionAsk(sessionid, questionid, text, options)
         self._waiting[questionid] = waiting
-        self.hub.publish(QuestionAsk(sessionid, questionid, text, options))
+        self.hub.publish(waiting.event)
         try:
             return await waiting.future
         finally:
@@ -107,6 +110,11 @@ class Questions:
         if waiting is None or waiting.kind != "question" or waiting.future.done():
             raise NotFound(("id", f"no question {questionid} is waiting"))
         waiting.future.set_result(answer)
+
+    def waiting(self, sessionid: str) -> list:
+        """The asks (permission.ask, question.ask) that wait in a session, oldest first."""
+        return [waiting.event for waiting in self._waiting.values()
+                if waiting.sessionid == sessionid and not waiting.future.done()]
 
     def waiting_in(self, sessionid: str) -> int:
         return sum(1 for waiting in self._waiting.values() if waiting.sessionid == sessionid)
