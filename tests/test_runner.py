@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from totem import runner
-from totem.runner import CommandError, kill_group, minimal_environment, run_command
 from tests.utils import MS
+from totem import runner
+from totem.runner import CommandError, kill_group, minimal_environment, run_command, run_process
 
 ALLOWED_VARIABLES = {"PATH", "HOME", "USER", "LANG", "TERM", "SHELL", "GIT_TERMINAL_PROMPT",
                      "GIT_CONFIG_COUNT", "GIT_CONFIG_KEY_0", "GIT_CONFIG_VALUE_0",
@@ -262,6 +262,211 @@ def test_run_command_on_output_error_stops_group(tmp_path):
 
     with pytest.raises(RuntimeError, match="listener broke"):
         run("echo $$; sleep 100", tmp_path, on_output=on_output)
+
+
+# run_process: argv children with raw bytes, stderr apart, stdin, caps, and the group's end.
+
+# Prints the leader's pid and its background sleeper's, then waits for the sleeper.
+SPAWNER = ["/bin/sh", "-c", "sleep 100 & echo $$ $!; wait"]
+
+
+def process(argv, folder, **options) -> runner.ProcessResult:
+    options.setdefault("env", {"PATH": os.environ["PATH"]})
+    options.setdefault("timeout_s", 10_000 * MS)
+    options.setdefault("stdout_cap", 100_000)
+    options.setdefault("stderr_cap", 100_000)
+    return asyncio.run(run_process(argv, cwd=str(folder), **options))
+
+
+def assert_process_gone(pid: int) -> None:
+    """`pid` no longer exists (killed, and reaped by us or by init)."""
+    deadline = time.monotonic() + 10_000 * MS
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(20 * MS)
+    raise AssertionError(f"process {pid} is still alive")
+
+
+def test_run_process_stdout_and_stderr_apart_as_bytes(tmp_path):
+    """stdout and stderr come back apart, as raw bytes, with the exit status."""
+    result = process(["/bin/sh", "-c", r"printf 'out\377\000'; printf err >&2; exit 3"], tmp_path)
+    assert (result.returncode, result.stdout, result.stderr) == (3, b"out\xff\x00", b"err")
+    assert (result.timed_out, result.killed, result.stopped) == (False, False, False)
+    assert (result.stdout_cut, result.stderr_cut) == (0, 0)
+
+
+def test_run_process_stdin_fed_then_closed(tmp_path):
+    """`stdin_bytes` reaches the child whole and then ends; without it stdin is closed."""
+    data = b"line one\n\x00" + b"x" * 1_000_000
+    assert process(["cat"], tmp_path, stdin_bytes=data, stdout_cap=2_000_000).stdout == data
+    began = time.monotonic()
+    result = process(["/bin/sh", "-c", "cat; echo after"], tmp_path)
+    assert (result.returncode, result.stdout) == (0, b"after\n")
+    assert time.monotonic() - began < 2000 * MS
+
+
+def test_run_process_environment_exactly_given(tmp_path, monkeypatch):
+    """The child's environment is exactly `env`: nothing of the server's is inherited."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-key")
+    result = process(["/usr/bin/env"], tmp_path, env={"ONLY": "this"})
+    assert result.stdout == b"ONLY=this\n"
+    assert process(["/usr/bin/env"], tmp_path, env={}).stdout == b""
+
+
+def test_run_process_cwd_is_folder(tmp_path):
+    """The child runs in the given folder."""
+    assert process(["pwd", "-P"], tmp_path).stdout == os.fsencode(os.path.realpath(tmp_path)) + b"\n"
+
+
+def test_run_process_missing_program_raises_oserror(tmp_path):
+    """A program or a folder that does not exist raises FileNotFoundError for the caller to word."""
+    with pytest.raises(FileNotFoundError):
+        process(["/nonexistent/program"], tmp_path)
+    with pytest.raises(FileNotFoundError):
+        process(["true"], tmp_path / "missing")
+    with pytest.raises(ValueError):
+        process([], tmp_path)
+    with pytest.raises(ValueError, match="environment must be given"):
+        process(["true"], tmp_path, env=None)
+
+
+def test_run_process_caps_keep_heads_and_memory_flat(tmp_path):
+    """50 MB on each stream keeps the first bytes of each up to its cap, counts the rest and
+    keeps memory flat."""
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    line = (f"printf HEAD; head -c {BIG_OUTPUT_BYTES} /dev/zero; "
+            f"printf ERR >&2; head -c {BIG_OUTPUT_BYTES} /dev/zero >&2")
+    result = process(["/bin/sh", "-c", line], tmp_path, timeout_s=60_000 * MS,
+                     stdout_cap=1000, stderr_cap=10)
+    growth = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    assert result.returncode == 0
+    assert result.stdout == b"HEAD" + b"\0" * 996
+    assert result.stderr == b"ERR" + b"\0" * 7
+    assert (result.stdout_cut, result.stderr_cut) == (BIG_OUTPUT_BYTES + 4 - 1000,
+                                                      BIG_OUTPUT_BYTES + 3 - 10)
+    assert growth < MAX_RSS_GROWTH_KB
+
+
+def test_run_process_zero_cap_keeps_nothing_streams_all(tmp_path):
+    """With a cap of 0 nothing is kept, and `on_stdout` still sees every byte."""
+    seen = bytearray()
+    result = process(["/bin/sh", "-c", "head -c 300000 /dev/zero"], tmp_path, stdout_cap=0,
+                     on_stdout=seen.extend)
+    assert (result.stdout, result.stdout_cut, len(seen)) == (b"", 300_000, 300_000)
+
+
+def test_run_process_timeout_kills_group(tmp_path):
+    """On the timeout the leader and its background grandchild are both gone."""
+    began = time.monotonic()
+    result = process(SPAWNER, tmp_path, timeout_s=500 * MS)
+    assert result.timed_out and result.killed
+    assert time.monotonic() - began < 3000 * MS
+    leader, grandchild = map(int, result.stdout.split())
+    assert result.returncode == -signal.SIGTERM
+    assert not runner.group_running(leader)
+    assert_process_gone(grandchild)
+    assert_group_gone(leader)
+
+
+def test_run_process_cancel_kills_group(tmp_path):
+    """Cancelling the awaiting task stops the leader and its grandchild within a second."""
+    async def scenario():
+        seen = bytearray()
+        started = asyncio.Event()
+
+        def on_stdout(data):
+            seen.extend(data)
+            started.set()
+
+        task = asyncio.create_task(run_process(
+            SPAWNER, cwd=str(tmp_path), env={"PATH": os.environ["PATH"]}, timeout_s=100,
+            stdout_cap=1000, stderr_cap=1000, on_stdout=on_stdout))
+        await asyncio.wait_for(started.wait(), 5000 * MS)
+        leader, grandchild = map(int, seen.split())
+        assert runner.group_running(leader)
+        task.cancel()
+        began = time.monotonic()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return leader, grandchild, time.monotonic() - began
+
+    leader, grandchild, took = asyncio.run(scenario())
+    assert took < 1000 * MS
+    assert not runner.group_running(leader)
+    assert_process_gone(grandchild)
+    assert_group_gone(leader)
+
+
+def test_run_process_cancel_while_starting_kills_group(tmp_path):
+    """A cancellation at any step of the start, even while asyncio still connects the pipes,
+    stops the whole group at once: asyncio's own clean-up would kill the leader alone and wait
+    for the pipes its grandchild holds."""
+    async def scenario(steps: int, pidfile: str) -> None:
+        task = asyncio.create_task(run_process(
+            ["/bin/sh", "-c", f"sleep 100 & echo $$ $! > {pidfile}; wait"], cwd=str(tmp_path),
+            env={"PATH": os.environ["PATH"]}, timeout_s=100, stdout_cap=100, stderr_cap=100))
+        for _ in range(steps):
+            await asyncio.sleep(0)
+        task.cancel()
+        async with asyncio.timeout(5000 * MS):
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+    for steps in range(12):
+        pidfile = str(tmp_path / f"pids-{steps}")
+        asyncio.run(scenario(steps, pidfile))
+        time.sleep(50 * MS)  # a shell cancelled before its echo never wrote the file
+        if os.path.exists(pidfile):
+            with open(pidfile) as handle:
+                pids = [int(word) for word in handle.read().split()]
+            if len(pids) == 2:  # both killed (init may reap the orphan a little later)
+                assert running_members(pids[0]) == {}
+
+
+def test_run_process_leftovers_stopped_after_leader_exits(tmp_path):
+    """A grandchild left running when the leader exits is stopped, even one holding stdout."""
+    for line in ("sleep 100 & echo $$ $!", "sleep 100 >/dev/null 2>&1 & echo $$ $!"):
+        began = time.monotonic()
+        result = process(["/bin/sh", "-c", line], tmp_path)
+        assert (result.returncode, result.timed_out, result.killed) == (0, False, True)
+        assert time.monotonic() - began < 3000 * MS
+        leader, grandchild = map(int, result.stdout.split())
+        assert_process_gone(grandchild)
+        assert_group_gone(leader)
+
+
+def test_run_process_on_stdout_enough_stops_group(tmp_path):
+    """An `on_stdout` that has read enough stops the group at once; the result says so."""
+    chunks = []
+
+    def on_stdout(data):
+        chunks.append(data)
+        return sum(map(len, chunks)) > 100_000
+
+    began = time.monotonic()
+    result = process(["/bin/sh", "-c", "echo $$; exec yes"], tmp_path, stdout_cap=100,
+                     on_stdout=on_stdout)
+    assert result.stopped and result.killed and not result.timed_out
+    assert time.monotonic() - began < 3000 * MS
+    assert_group_gone(int(result.stdout.split()[0]))
+
+
+def test_run_process_on_stdout_error_stops_group(tmp_path):
+    """What `on_stdout` raises reaches the caller, after the group is stopped."""
+    pids = []
+
+    def on_stdout(data):
+        pids.extend(map(int, data.split()))
+        raise RuntimeError("reader broke")
+
+    with pytest.raises(RuntimeError, match="reader broke"):
+        process(SPAWNER, tmp_path, on_stdout=on_stdout)
+    leader, grandchild = pids
+    assert_process_gone(grandchild)
+    assert_group_gone(leader)
 
 
 def _hostile_repository(tmp_path):

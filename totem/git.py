@@ -22,7 +22,7 @@ import os
 import re
 import struct
 
-from .runner import kill_group
+from .runner import run_process
 
 GIT_TIMEOUT_S = 10.0
 # Between SIGTERM and SIGKILL of git's group: git removes its lock files on SIGTERM at once.
@@ -30,7 +30,6 @@ GIT_KILL_GRACE_S = 0.5
 MAX_STATUS_FILES = 1000
 MAX_GIT_OUTPUT_BYTES = 8 * 1024 * 1024
 MAX_GIT_ERROR_BYTES = 64 * 1024
-READ_CHUNK_BYTES = 64 * 1024
 MAX_CONFIG_BYTES = 1024 * 1024
 MAX_POINTER_BYTES = 4096  # a `.git` file or `commondir`: one path
 MAX_INDEX_BYTES = 256 * 1024 * 1024
@@ -174,10 +173,11 @@ async def run_git(folder: str, *args: str, timeout: float = GIT_TIMEOUT_S) -> tu
     Before anything starts, the repository of the folder is vetted (repository_programs): when
     its configuration or a submodule's names a program, git is not run at all.
 
-    git runs in a process group of its own; on the timeout, on a cancellation, and after it
-    exits, whatever is left of that group is stopped (SIGTERM, then SIGKILL). The runner's
-    `run_command` is not used: it merges stderr into stdout and decodes text, while a status
-    needs its NUL-separated bytes and its errors apart.
+    git starts through `runner.run_process`, in a process group of its own with the environment
+    of `git_environment()`; on the timeout, on a cancellation, and after it exits, whatever is
+    left of that group is stopped (SIGTERM, then SIGKILL). Not `run_command`: that merges stderr
+    into stdout and decodes text, while a status needs its NUL-separated bytes and its errors
+    apart.
 
     Raises GitRefusedError with the reason when the repository names programs, GitError when
     git cannot start or exceeds the timeout.
@@ -186,38 +186,21 @@ async def run_git(folder: str, *args: str, timeout: float = GIT_TIMEOUT_S) -> tu
     if reason:
         raise GitRefusedError(reason)
     try:
-        process = await asyncio.create_subprocess_exec(
-            "git", *SAFE_OPTIONS, *args, cwd=folder, env=git_environment(),
-            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, start_new_session=True)
+        result = await run_process(
+            ["git", *SAFE_OPTIONS, *args], cwd=folder, env=git_environment(), timeout_s=timeout,
+            stdout_cap=MAX_GIT_OUTPUT_BYTES, stderr_cap=MAX_GIT_ERROR_BYTES,
+            kill_grace_s=GIT_KILL_GRACE_S)
     except OSError as exc:
         if not os.path.isdir(folder):
             raise GitError(f"{folder} is not a folder") from None
         if isinstance(exc, FileNotFoundError):
             raise GitError("git is not installed") from None
         raise GitError(f"git could not start: {exc.strerror or exc}") from None
-    try:
-        async with asyncio.timeout(timeout):
-            stdout, stderr, _ = await asyncio.gather(
-                _read_capped(process.stdout, MAX_GIT_OUTPUT_BYTES),
-                _read_capped(process.stderr, MAX_GIT_ERROR_BYTES), process.wait())
-    except TimeoutError:
-        await kill_group(process, GIT_KILL_GRACE_S)
-        raise GitError(f"git took longer than {timeout:g} s") from None
-    except BaseException:  # cancelled: git must not outlive the call
-        await kill_group(process, GIT_KILL_GRACE_S)
-        raise
-    await kill_group(process, GIT_KILL_GRACE_S)  # a child git left behind in its group
-    return process.returncode, stdout, stderr
-
-
-async def _read_capped(stream: asyncio.StreamReader, cap: int) -> bytes:
-    """All of a pipe, of which the first `cap` bytes are kept: memory stays flat."""
-    kept = bytearray()
-    while chunk := await stream.read(READ_CHUNK_BYTES):
-        if len(kept) < cap:
-            kept += chunk[:cap - len(kept)]
-    return bytes(kept)
+    if result.timed_out:
+        raise GitError(f"git took longer than {timeout:g} s")
+    if result.returncode is None:  # stopped, but not reaped within runner.REAP_TIMEOUT_S
+        raise GitError("git did not end")
+    return result.returncode, result.stdout, result.stderr
 
 
 def parse_status(output: bytes) -> tuple[str | None, list[dict]]:

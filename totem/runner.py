@@ -1,32 +1,41 @@
-"""Child processes: one command with a working folder, a minimal environment, a timeout, an
-output cap, and a kill of its whole process group.
+"""Child processes: every process the server starts, in its own process group, with a working
+folder, an explicit environment, a timeout, output caps, and a kill of its whole group.
 
-A command runs as a child in its own session (`start_new_session=True`, so its own process
-group), stdin closed, stdout and stderr merged into one pipe. Its environment is built here from
-nothing but PATH, HOME, USER, LANG, TERM and SHELL, so the server's configuration, token and
-provider keys never reach it; git inside it has the repository's own programs (fsmonitor,
-hooks) turned off through GIT_CONFIG_COUNT, because a `.git/config` in a cloned project could
-otherwise make a plain `git status` run a program (needs git >= 2.31, which reads these
-variables; older gits ignore them).
+Two ways in, one way through: `run_command` for the agent's commands (a shell line or an argv,
+the minimal environment built here, stdout and stderr merged and decoded as text) and
+`run_process` for the server's own helpers, git and the search tool (an argv, the caller's
+explicit environment, stdout and stderr apart as raw bytes, stdin closed or fed). Both start the
+child through `_spawn` and wait for it through `_supervise`; no other module of the package
+starts a process (tests/test_process_starts.py checks the source, issue 10).
 
-Output is read as it comes: each chunk goes to `on_output`, decoded with an incremental UTF-8
-decoder, and into a bounded buffer that keeps the first and the last half of the cap, so a
-command that prints gigabytes keeps memory flat.
+A child runs in its own session (`start_new_session=True`, so its own process group). Its
+environment is only ever the one given: `run_command` builds it from nothing but PATH, HOME,
+USER, LANG, TERM and SHELL, so the server's configuration, token and provider keys never reach
+it; git inside it has the repository's own programs (fsmonitor, hooks) turned off through
+GIT_CONFIG_COUNT, because a `.git/config` in a cloned project could otherwise make a plain
+`git status` run a program (needs git >= 2.31, which reads these variables; older gits ignore
+them). The server's own environment is never inherited.
 
-The command ends when its first process (the shell) exits. Processes it left running in its
-group (`server &`) are then stopped, like everything of the group on a timeout or when the
-awaiting task is cancelled (abort): SIGTERM to the group, SIGKILL after a grace, the leader
-reaped. Orphaned members are reaped by init; a process that starts its own session (setsid,
-a daemon) leaves the group and cannot be reached: an honest limit of process groups.
+Output is read as it comes into bounded buffers, so a child that prints gigabytes keeps memory
+flat: `run_command` keeps the first and the last half of its cap and hands each chunk, decoded
+with an incremental UTF-8 decoder, to `on_output`; `run_process` keeps the first bytes of each
+stream up to its cap and may hand each stdout chunk to a reader that says when it has enough.
+
+The child ends when its first process (the leader: the shell, git, rg) exits. Processes it left
+running in its group (`server &`) are then stopped, like everything of the group on a timeout,
+when the reader has enough, or when the awaiting task is cancelled (abort): SIGTERM to the
+group, SIGKILL after a grace, the leader reaped. Orphaned members are reaped by init; a process
+that starts its own session (setsid, a daemon) leaves the group and cannot be reached: an honest
+limit of process groups.
 
 The pipes are read through a SubprocessProtocol (the machinery under
 `asyncio.create_subprocess_exec`) rather than `Process.wait()`, because in current Python
 releases `wait()` also waits for the pipes to close: a backgrounded grandchild holding stdout
-would hide the shell's exit until the timeout.
+would hide the leader's exit until the timeout.
 
 Must not: decide whether a command is allowed (permissions does) or whether the folder is inside
 the project (the caller checks it with boundary), scrub secrets from the output (the caller
-does), or pass any of the server's environment beyond the variables named here.
+does), or pass any of the server's environment to a child beyond what the caller names.
 """
 
 from __future__ import annotations
@@ -51,10 +60,10 @@ ABORT_GRACE_S = 0.5
 KILL_POLL_S = 0.02
 # A process in uninterruptible sleep may outlive SIGKILL for a while; do not wait for ever.
 REAP_TIMEOUT_S = 5.0
-# After the shell exits, how long its output pipe may stay open (held by a background process)
-# before the processes left in the group are stopped.
+# After the leader exits, how long its output pipes may stay open (held by a background
+# process) before the processes left in the group are stopped.
 LINGER_S = 0.3
-# After the group is stopped, how long to wait for the last output still in the pipe.
+# After the group is stopped, how long to wait for the last output still in the pipes.
 DRAIN_S = 1.0
 # The shell that runs a command line: bash where it is installed (the tool is named bash, and
 # models write bash), else the system's /bin/sh. shellwords.py understands only what both read
@@ -71,6 +80,7 @@ GIT_SAFETY = {
     "GIT_CONFIG_KEY_1": "core.hooksPath",
     "GIT_CONFIG_VALUE_1": "/dev/null",
 }
+_STDOUT, _STDERR = 1, 2
 
 
 class CommandError(Exception):
@@ -87,6 +97,20 @@ class CommandResult:
     killed: bool  # Totem had to signal processes of the group (timeout or left-over processes)
     duration_s: float
     cut_bytes: int = 0  # bytes left out of `output` from the middle
+
+
+@dataclass(frozen=True)
+class ProcessResult:
+    """How a `run_process` child ended, with what it wrote."""
+
+    returncode: int | None  # the leader's status; -N when a signal N ended it; None if never reaped
+    stdout: bytes  # the first `stdout_cap` bytes of stdout
+    stderr: bytes  # the first `stderr_cap` bytes of stderr
+    timed_out: bool
+    killed: bool  # processes of the group had to be signalled (timeout, stop, left-overs)
+    stopped: bool = False  # `on_stdout` had read enough and the group was stopped
+    stdout_cut: int = 0  # bytes of stdout past the cap, not kept
+    stderr_cut: int = 0  # bytes of stderr past the cap, not kept
 
 
 def minimal_environment() -> dict[str, str]:
@@ -144,16 +168,123 @@ async def run_command(command: str | Sequence[str], *, cwd: str, timeout_s: floa
         raise ValueError("the output cap must be at least 2 bytes")
     child_env = minimal_environment()
     child_env.update(env or {})
-    loop = asyncio.get_running_loop()
+    sink = _TextSink(output_cap_bytes, on_output)
     started = time.monotonic()
     try:
-        transport, collector = await loop.subprocess_exec(
-            lambda: _Collector(output_cap_bytes, on_output), *argv, cwd=cwd, env=child_env,
-            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT, start_new_session=True)
+        transport, collector = await _spawn(argv, cwd, child_env, {_STDOUT: sink},
+                                            merge_stderr=True)
     except OSError as exc:
         where = f" ({exc.filename})" if exc.filename else ""
         raise CommandError(f"the command could not start: {exc.strerror or exc}{where}") from None
+    returncode, timed_out, killed = await _supervise(transport, collector, timeout_s, KILL_GRACE_S)
+    sink.finish()
+    output, cut = sink.buffer.text()
+    return CommandResult(exit_code=returncode, output=output, timed_out=timed_out,
+                         killed=killed, duration_s=time.monotonic() - started, cut_bytes=cut)
+
+
+async def run_process(argv: Sequence[str], *, cwd: str, env: Mapping[str, str],
+                      timeout_s: float | None, stdout_cap: int, stderr_cap: int,
+                      stdin_bytes: bytes | None = None,
+                      on_stdout: Callable[[bytes], bool | None] | None = None,
+                      kill_grace_s: float = KILL_GRACE_S) -> ProcessResult:
+    """Run an argv (no shell) in `cwd` with exactly `env`; collect stdout and stderr as bytes.
+
+    The environment is the caller's whole choice and must be given: nothing of the server's is
+    added. stdin is closed, or with `stdin_bytes` fed those bytes and then closed. Of each output
+    stream the first `stdout_cap` / `stderr_cap` bytes are kept and the rest only counted.
+    `on_stdout`, when given, gets every chunk of stdout as it comes (the kept head aside); when it
+    returns True it has read enough: the group is stopped at once, the rest is not read and the
+    result has `stopped`. When the leader exits, what it left in its group is stopped; a timeout
+    stops the group after `kill_grace_s` at most and returns a result with `timed_out`
+    (`timeout_s` None waits for ever); cancelling the awaiting task stops the group (a grace of
+    at most ABORT_GRACE_S), then re-raises.
+
+    Raises OSError as `loop.subprocess_exec` does when the program or the folder cannot be used
+    (FileNotFoundError for either: the caller words the message), ValueError for an empty argv,
+    a negative cap or no `env`, and whatever `on_stdout` raises (after stopping the group).
+    """
+    argv = list(argv)
+    if not argv:
+        raise ValueError("empty command")
+    if stdout_cap < 0 or stderr_cap < 0:
+        raise ValueError("an output cap cannot be negative")
+    if env is None:  # asyncio would pass the server's own environment on
+        raise ValueError("a child's environment must be given")
+    stdout, stderr = _HeadBuffer(stdout_cap), _HeadBuffer(stderr_cap)
+
+    def read_stdout(data: bytes) -> bool | None:
+        stdout.add(data)
+        return on_stdout(data) if on_stdout is not None else None
+
+    transport, collector = await _spawn(argv, cwd, dict(env),
+                                        {_STDOUT: read_stdout, _STDERR: stderr.add},
+                                        stdin_bytes=stdin_bytes)
+    returncode, timed_out, killed = await _supervise(transport, collector, timeout_s, kill_grace_s)
+    return ProcessResult(returncode=returncode, stdout=bytes(stdout.kept),
+                         stderr=bytes(stderr.kept), timed_out=timed_out, killed=killed,
+                         stopped=collector.stopped.done(), stdout_cut=stdout.cut,
+                         stderr_cut=stderr.cut)
+
+
+async def _spawn(argv: list[str], cwd: str, env: dict[str, str],
+                 sinks: Mapping[int, Callable[[bytes], bool | None]], *,
+                 merge_stderr: bool = False, stdin_bytes: bytes | None = None,
+                 ) -> tuple[asyncio.SubprocessTransport, _Collector]:
+    """Start `argv` in a session of its own, reading the pipes of `sinks` (1, and 2 unless
+    `merge_stderr`). The one place of the package that starts a process. Raises OSError."""
+    loop = asyncio.get_running_loop()
+    stdin = asyncio.subprocess.DEVNULL if stdin_bytes is None else asyncio.subprocess.PIPE
+    stderr = asyncio.subprocess.STDOUT if merge_stderr else \
+        asyncio.subprocess.PIPE if _STDERR in sinks else asyncio.subprocess.DEVNULL
+    start = asyncio.ensure_future(loop.subprocess_exec(
+        lambda: _Collector(sinks), *argv, cwd=cwd, env=env, stdin=stdin,
+        stdout=asyncio.subprocess.PIPE, stderr=stderr, start_new_session=True))
+    try:
+        transport, collector = await asyncio.shield(start)
+    except asyncio.CancelledError:
+        await _stop_started(start)
+        raise
+    if stdin_bytes is not None:
+        pipe = transport.get_pipe_transport(0)
+        assert isinstance(pipe, asyncio.WriteTransport)
+        # Buffered by the transport and written as the child reads; a child that exits without
+        # reading only ends the pipe (EPIPE), the result stays its own.
+        pipe.write(stdin_bytes)
+        pipe.write_eof()
+    return transport, collector
+
+
+async def _stop_started(start: asyncio.Future) -> None:
+    """Stop the group of a child whose start was cancelled while asyncio connected its pipes.
+
+    The child runs from the fork on; asyncio's own clean-up of a cancelled start would kill the
+    leader alone and then wait for pipes that the rest of its group may hold for ever. So the
+    start is let finish (a second cancellation changes nothing: the first is raised after),
+    then the group goes like any other. Raises nothing of its own.
+    """
+    while not start.done():
+        try:
+            await asyncio.wait((start,))
+        except asyncio.CancelledError:
+            continue
+    if start.cancelled() or start.exception() is not None:
+        return
+    transport, _ = start.result()
+    try:
+        await kill_group(_Child(transport), ABORT_GRACE_S)
+    finally:
+        transport.close()
+
+
+async def _supervise(transport: asyncio.SubprocessTransport, collector: _Collector,
+                     timeout_s: float | None, grace_s: float) -> tuple[int | None, bool, bool]:
+    """Wait for a child's leader and pipes; then stop whatever is left of its group.
+
+    Returns (returncode, timed_out, killed). Whatever happens, nothing of the group outlives
+    the call: a cancellation or a sink's error stops the group, then goes on. Raises what a sink
+    raised.
+    """
     child = _Child(transport)
     timed_out = killed = False
     try:
@@ -163,20 +294,17 @@ async def run_command(command: str | Sequence[str], *, cwd: str, timeout_s: floa
                 await collector.until(collector.closed, LINGER_S)
         except TimeoutError:
             timed_out = True
-        # The shell is gone (or out of time): stop whatever is left of its group.
-        killed = await kill_group(child)
+        # The leader is gone (or out of time, or read enough): stop what is left of its group.
+        killed = await kill_group(child, grace_s)
         await collector.until(collector.closed, DRAIN_S)
-    except BaseException:  # cancelled (abort) or on_output failed: nothing may outlive the call
-        await kill_group(child, ABORT_GRACE_S)
+    except BaseException:  # cancelled (abort) or a sink failed: nothing may outlive the call
+        await kill_group(child, min(grace_s, ABORT_GRACE_S))
         raise
     finally:
         transport.close()
-    collector.finish()
     if collector.failed.done():
         raise collector.failed.result()
-    output, cut = collector.buffer.text()
-    return CommandResult(exit_code=child.returncode, output=output, timed_out=timed_out,
-                         killed=killed, duration_s=time.monotonic() - started, cut_bytes=cut)
+    return child.returncode, timed_out, killed
 
 
 async def kill_group(process, grace_s: float = KILL_GRACE_S) -> bool:
@@ -280,48 +408,88 @@ class OutputBuffer:
         return f"{head_text}{joint}{marker}\n{tail.decode('utf-8', 'replace')}", cut
 
 
-class _Collector(asyncio.SubprocessProtocol):
-    """Receives the merged output and the exit of one child, on the event loop."""
+class _HeadBuffer:
+    """The first `cap` bytes of a byte stream, and how many came after them."""
+
+    def __init__(self, cap: int):
+        self.cap = cap
+        self.kept = bytearray()
+        self.cut = 0
+
+    def add(self, data: bytes) -> None:
+        room = self.cap - len(self.kept)
+        if room > 0:
+            self.kept += data[:room]
+        self.cut += max(len(data) - max(room, 0), 0)
+
+
+class _TextSink:
+    """run_command's reading of the merged output: an OutputBuffer, and text for on_output."""
 
     def __init__(self, cap: int, on_output: Callable[[str], None] | None):
-        loop = asyncio.get_running_loop()
         self.buffer = OutputBuffer(cap)
         self.on_output = on_output
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self.exited = loop.create_future()
-        self.closed = loop.create_future()  # the output pipe reached its end
-        self.failed = loop.create_future()  # on_output raised: its exception is the result
 
-    def pipe_data_received(self, fd: int, data: bytes) -> None:
+    def __call__(self, data: bytes) -> None:
         self.buffer.add(data)
         self._send(self.decoder.decode(data))
 
+    def finish(self) -> None:
+        """Pass on a character the decoder still holds (an incomplete one, as U+FFFD)."""
+        self._send(self.decoder.decode(b"", True))
+
+    def _send(self, text: str) -> None:
+        if text and self.on_output is not None:
+            self.on_output(text)
+
+
+class _Collector(asyncio.SubprocessProtocol):
+    """Receives the output pipes and the exit of one child, on the event loop.
+
+    Each pipe read has a sink: a function given every chunk. A sink that returns True has read
+    enough (`stopped`); one that raises has failed (`failed` holds its exception, for the
+    awaiting task, not lost in the loop's handler). After either, chunks are dropped.
+    """
+
+    def __init__(self, sinks: Mapping[int, Callable[[bytes], bool | None]]):
+        loop = asyncio.get_running_loop()
+        self.sinks = dict(sinks)
+        self.open = set(self.sinks)
+        self.exited = loop.create_future()
+        self.closed = loop.create_future()  # every output pipe reached its end
+        self.failed = loop.create_future()  # a sink raised: its exception is the result
+        self.stopped = loop.create_future()  # a sink read enough
+        if not self.open:
+            self.closed.set_result(None)
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        if self.failed.done() or self.stopped.done():
+            return
+        try:
+            enough = self.sinks[fd](data)
+        except Exception as exc:  # noqa: BLE001 - handed to the awaiting task
+            self.failed.set_result(exc)
+            return
+        if enough:
+            self.stopped.set_result(None)
+
     def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
-        if not self.closed.done():
+        self.open.discard(fd)  # stdin (fd 0) is not among them
+        if not self.open and not self.closed.done():
             self.closed.set_result(None)
 
     def process_exited(self) -> None:
         if not self.exited.done():
             self.exited.set_result(None)
 
-    def finish(self) -> None:
-        """Pass on a character the decoder still holds (an incomplete one, as U+FFFD)."""
-        self._send(self.decoder.decode(b"", True))
-
     async def until(self, future: asyncio.Future, timeout_s: float | None = None) -> None:
-        """Wait for `future` (at most `timeout_s`); raise at once what on_output raised."""
-        await asyncio.wait((future, self.failed), timeout=timeout_s,
+        """Wait for `future` (at most `timeout_s`), or until a sink has read enough; raise at
+        once what a sink raised."""
+        await asyncio.wait((future, self.failed, self.stopped), timeout=timeout_s,
                            return_when=asyncio.FIRST_COMPLETED)
         if self.failed.done():
             raise self.failed.result()
-
-    def _send(self, text: str) -> None:
-        if not text or self.on_output is None or self.failed.done():
-            return
-        try:
-            self.on_output(text)
-        except Exception as exc:  # noqa: BLE001 - handed to the awaiting task, not lost in the loop
-            self.failed.set_result(exc)
 
 
 class _Child:

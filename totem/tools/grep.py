@@ -22,6 +22,9 @@ it has more than one link.
 ripgrep is run without a shell, without reading any configuration (`--no-config`, and no
 RIPGREP_CONFIG_PATH in its environment), with the model's pattern as the value of `-e` and the
 path after `--`: a pattern like `--pre=sh` is searched as text, never taken as an option.
+Both engines' processes start through `runner.run_process`, each in a process group of its own
+with an explicit environment (PATH only for rg, nothing for the Python child); the whole group
+is stopped at the deadline, when the count limit is reached, and when the search is cancelled.
 
 Must not: decide what is inside the project (boundary does), or search a file that the rules
 above skip, whatever the model asks.
@@ -43,7 +46,8 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from .. import boundary
+from .. import boundary, runner
+from ..permissions import PATH, ToolKind
 from . import (SKIPPED_FOLDERS, Tool, ToolContext, ToolError, ToolResult, cut_line, display_path,
                in_skipped_folder, resolve_path)
 from .glob import compile_glob
@@ -58,6 +62,15 @@ TIMEOUT_SECONDS = 20.0
 # its submatches.
 RG_LINE_LIMIT_BYTES = 64 * 1024 * 1024
 MAX_ERROR_CHARS = 600
+# Of a child's stderr this much is kept (the message shows MAX_ERROR_CHARS of it).
+MAX_ERROR_BYTES = 64 * 1024
+# The JSON answer of the Python child: MAX_MATCHES_COUNTED cut lines and the linked files' names.
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
+# The NUL-separated paths of `rg --files` (about 600,000 files at 100 bytes a path).
+MAX_LISTING_BYTES = 64 * 1024 * 1024
+# Between SIGTERM and SIGKILL of a search's group: rg and the Python child have nothing to clean
+# up, and SIGTERM ends either at once (Python sets no handler for it, so even inside re).
+SEARCH_KILL_GRACE_S = 0.5
 # The answer names at most this many of the files skipped for their hard links.
 MAX_LINKED_SHOWN = 20
 _GITIGNORE_SPECIALS = frozenset("\\!#?[]{},")
@@ -129,6 +142,7 @@ class Found:
 
 class GrepTool(Tool):
     name = "grep"
+    kind = ToolKind(PATH, changes=False, searches=True)
     description = "Search file contents with a regex. Output: path:line: text."
     schema = {
         "type": "object",
@@ -286,49 +300,84 @@ async def search_with_rg(query: Query, rg: str = "rg") -> Found:
 
 
 async def _run_rg(query: Query, args: list[str]) -> Found:
+    reader = _RgReader(query.root)
     try:
-        process = await asyncio.create_subprocess_exec(
-            *args, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, cwd=query.root, limit=RG_LINE_LIMIT_BYTES,
-            env={"PATH": os.environ.get("PATH", os.defpath)}, start_new_session=True)
+        result = await runner.run_process(
+            args, cwd=query.root, env=_rg_environment(), timeout_s=TIMEOUT_SECONDS,
+            stdout_cap=0, stderr_cap=MAX_ERROR_BYTES, on_stdout=reader.feed,
+            kill_grace_s=SEARCH_KILL_GRACE_S)
     except OSError as exc:
         raise ToolError(f"cannot run ripgrep: {exc.strerror or exc}") from None
-    errors = asyncio.ensure_future(process.stderr.read())
-    found = Found([])
-    try:
-        async with asyncio.timeout(TIMEOUT_SECONDS):
-            await _read_rg_output(process.stdout, query.root, found)
-            await process.wait()
-    except TimeoutError:
-        raise ToolError(_timeout_message()) from None
-    except ValueError:  # a line over RG_LINE_LIMIT_BYTES: a huge line with countless matches
-        raise ToolError("a matching line is too long to show; narrow the pattern, or use "
-                        "include to leave out minified or generated files") from None
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-        stderr = (await errors).decode("utf-8", "replace").strip()
-    if process.returncode == 2 and stderr and not found.matches:
+    if result.timed_out:
+        raise ToolError(_timeout_message())
+    if not result.stopped:
+        reader.finish()
+    stderr = result.stderr.decode("utf-8", "replace").strip()
+    if result.returncode == 2 and stderr and not reader.found.matches:
         what = f"invalid regex {query.pattern!r}" if "regex" in stderr else "the search failed"
         raise ToolError(f"{what}: {stderr[:MAX_ERROR_CHARS]}")
-    return found
+    return reader.found
 
 
-async def _read_rg_output(stream: asyncio.StreamReader, root: str, found: Found) -> None:
-    """Collect matches from rg --json until the end or the count limit.
+def _rg_environment() -> dict[str, str]:
+    """rg's whole environment: PATH, and no RIPGREP_CONFIG_PATH or anything else of the server."""
+    return {"PATH": os.environ.get("PATH", os.defpath)}
+
+
+class _RgReader:
+    """Matches collected from rg --json as its output comes, until the end or the count limit.
 
     Matches of a file are kept only when its `end` message reports no binary content (ripgrep
     stops at the first NUL byte but has already printed the lines before it, and the Python
     engine skips such a file whole), the file has one link (a stat per matching file, not per
     file searched) and it is no protected secret file (the ignore rules skip those already).
     """
-    pending: list[tuple[str, int, str]] = []
-    while line := await stream.readline():
-        message = json.loads(line)
+
+    def __init__(self, root: str):
+        self.root = root
+        self.found = Found([])
+        self.pending: list[tuple[str, int, str]] = []
+        self.partial = bytearray()  # the start of a line whose end has not come yet
+
+    def feed(self, data: bytes) -> bool:
+        """Read a chunk of output; True once past MAX_MATCHES_COUNTED (rg may then be stopped).
+
+        Raises ToolError for a line over RG_LINE_LIMIT_BYTES (a huge line with countless
+        matches) or one that is not JSON.
+        """
+        start = 0
+        while (end := data.find(b"\n", start)) >= 0:
+            if self.partial:
+                self.partial += data[start:end]
+                line, self.partial = bytes(self.partial), bytearray()
+            else:
+                line = data[start:end]
+            start = end + 1
+            if self._line(line):
+                return True
+        self.partial += data[start:]
+        if len(self.partial) > RG_LINE_LIMIT_BYTES:
+            raise ToolError("a matching line is too long to show; narrow the pattern, or use "
+                            "include to leave out minified or generated files")
+        return False
+
+    def finish(self) -> None:
+        """Read a last line that no newline ended. Raises ToolError as `feed` does."""
+        if self.partial:
+            line, self.partial = bytes(self.partial), bytearray()
+            self._line(line)
+
+    def _line(self, line: bytes) -> bool:
+        if not line.strip():
+            return False
+        try:
+            message = json.loads(line)
+        except ValueError:
+            raise ToolError("the search failed: ripgrep wrote a line that is not JSON") from None
+        found, pending = self.found, self.pending
         kind, data = message.get("type"), message.get("data", {})
         if kind == "match" and len(found.matches) + len(pending) <= MAX_MATCHES_COUNTED:
-            path = boundary.relative_path(root, _rg_text(data["path"]))
+            path = boundary.relative_path(self.root, _rg_text(data["path"]))
             text = cut_line(_strip_newline(_rg_text(data["lines"])))
             pending.append((path, data["line_number"], text))
         elif kind == "end":
@@ -339,34 +388,32 @@ async def _read_rg_output(stream: asyncio.StreamReader, root: str, found: Found)
                     found.linked.append(relative)
                 elif links == 1 and not boundary.is_protected_env(relative):
                     found.matches.extend(pending)
-            pending = []
+            pending.clear()
             if len(found.matches) > MAX_MATCHES_COUNTED:
                 del found.matches[MAX_MATCHES_COUNTED:]
                 found.more = True
-                return
+                return True
+        return False
 
 
 async def _list_linked_with_rg(query: Query, args: list[str], deadline: float) -> list[str]:
     """The project-relative paths of the files with more than one hard link among those that
-    `rg --files` lists (after the search: one child process at a time, killed like the search).
-    Raises ToolError when `deadline` (time.monotonic()) passes."""
+    `rg --files` lists (after the search: one child process at a time, stopped like the search).
+    Raises ToolError when `deadline` (time.monotonic()) passes or the listing passes
+    MAX_LISTING_BYTES."""
     try:
-        process = await asyncio.create_subprocess_exec(
-            *args, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL, cwd=query.root,
-            env={"PATH": os.environ.get("PATH", os.defpath)}, start_new_session=True)
+        result = await runner.run_process(
+            args, cwd=query.root, env=_rg_environment(),
+            timeout_s=max(deadline - time.monotonic(), 0), stdout_cap=MAX_LISTING_BYTES,
+            stderr_cap=0, kill_grace_s=SEARCH_KILL_GRACE_S)
     except OSError as exc:
         raise ToolError(f"cannot run ripgrep: {exc.strerror or exc}") from None
-    try:
-        async with asyncio.timeout(max(deadline - time.monotonic(), 0)):
-            listed, _ = await process.communicate()
-    except TimeoutError:
-        raise ToolError(_timeout_message()) from None
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-    return await asyncio.to_thread(_linked_files, query.root, listed.split(b"\0"), deadline)
+    if result.timed_out:
+        raise ToolError(_timeout_message())
+    if result.stdout_cut:
+        raise ToolError(f"the folder holds too many files to check them for hard links (over "
+                        f"{MAX_LISTING_BYTES} bytes of names); narrow the path or use include")
+    return await asyncio.to_thread(_linked_files, query.root, result.stdout.split(b"\0"), deadline)
 
 
 def _linked_files(root: str, paths: list[bytes], deadline: float) -> list[str]:
@@ -403,33 +450,30 @@ async def search_with_python(query: Query) -> Found:
 
     Not a thread: Python's re holds the GIL while it matches, so a regex that backtracks for
     minutes on one line (ripgrep's engine is linear, re's is not) would stall the event loop and
-    could not be stopped. A child process is killed at the deadline like ripgrep.
+    could not be stopped. A child process (through the runner, with an empty environment) is
+    killed with its group at the deadline or on cancellation, like ripgrep.
     """
     _compile_pattern(query.pattern, query.ignore_case)  # refuse a bad regex before spawning
     request = json.dumps({"root": query.root, "start": query.start, "pattern": query.pattern,
                           "include": query.include, "ignore_case": query.ignore_case,
                           "timeout": TIMEOUT_SECONDS}).encode()
     try:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, "-I", "-c", _CHILD_CODE, stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=query.root,
-            env={}, start_new_session=True)
+        result = await runner.run_process(
+            [sys.executable, "-I", "-c", _CHILD_CODE], cwd=query.root, env={},
+            timeout_s=TIMEOUT_SECONDS, stdin_bytes=request, stdout_cap=MAX_ANSWER_BYTES,
+            stderr_cap=MAX_ERROR_BYTES, kill_grace_s=SEARCH_KILL_GRACE_S)
     except OSError as exc:
         raise ToolError(f"cannot start the search: {exc.strerror or exc}") from None
+    if result.timed_out:
+        raise ToolError(_timeout_message())
+    if result.stdout_cut:
+        raise ToolError(f"the search failed: its answer is over {MAX_ANSWER_BYTES} bytes; "
+                        "narrow the path or use include")
     try:
-        async with asyncio.timeout(TIMEOUT_SECONDS):
-            stdout, stderr = await process.communicate(request)
-    except TimeoutError:
-        raise ToolError(_timeout_message()) from None
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-    try:
-        answer = json.loads(stdout)
+        answer = json.loads(result.stdout)
     except ValueError:
-        detail = stderr.decode("utf-8", "replace").strip()[-MAX_ERROR_CHARS:]
-        raise ToolError(f"the search failed: {detail or f'exit status {process.returncode}'}") from None
+        detail = result.stderr.decode("utf-8", "replace").strip()[-MAX_ERROR_CHARS:]
+        raise ToolError(f"the search failed: {detail or f'exit status {result.returncode}'}") from None
     if "error" in answer:
         raise ToolError(answer["error"])
     return Found([(path, number, text) for path, number, text in answer["matches"]], answer["more"],
