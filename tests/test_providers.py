@@ -3,16 +3,17 @@ models of each kind read from the fixture answers, detection, the catalog and mo
 
 import asyncio
 import copy
-import json
 import logging
 import os
 import socket
 
 from tests.model_server import ScriptedModel, models_fixture
 from tests.utils import MS, TotemCase, call
-from totem.agent.provider_errors import ProviderError
-from totem.agent.providers import MAX_OLLAMA_NUM_CTX, ModelError, ProviderTarget
-from totem.errors import error_body
+from totem.agent.kinds import kind_named
+from totem.agent.kinds.ollama import MAX_OLLAMA_NUM_CTX
+from totem.agent.provider_errors import KIND_INVALID_REQUEST, ProviderError
+from totem.agent.providers import ModelError, ProviderTarget
+from totem.errors import ApiError
 
 KEY = "sk-or-v1-5f0c2b9e7a1d4c3b8e6f0a9d2c4b7e1f"
 OTHER_KEY = "sk-proj-second-key-9a8b7c6d5e4f3a2b1c0d"
@@ -426,9 +427,7 @@ class TargetTest(ProvidersCase):
         saved = await self.save(name="Ollama", kind="ollama", url=self.model.base + "/")
         target = await self.app.providers.target(f"{saved['id']}/qwen3-coder:30b")
         self.assertEqual(target, ProviderTarget(saved["id"], self.model.base + "/api/chat", "qwen3-coder:30b",
-                                                native_ollama=True, key=None,
-                                                options={"options": {"num_ctx": MAX_OLLAMA_NUM_CTX}},
-                                                context=MAX_OLLAMA_NUM_CTX))
+                                                kind_named("ollama"), key=None, context=MAX_OLLAMA_NUM_CTX))
         self.assertEqual(self.requests_to("/api/show")[0].body, {"model": "qwen3-coder:30b"})
 
     async def test_target_ollama_small_model_keeps_window(self):
@@ -438,7 +437,7 @@ class TargetTest(ProvidersCase):
         self.model.serve_json("POST", "/api/show", show)
         saved = await self.save(name="Ollama", kind="ollama", url=self.model.base, key=KEY)
         target = await self.app.providers.target(f"{saved['id']}/small:1b")
-        self.assertEqual((target.options, target.key), ({"options": {"num_ctx": 8192}}, KEY))
+        self.assertEqual((target.context, target.key), (8192, KEY))
 
     async def test_target_ollama_cached_window_no_show(self):
         """After the catalog has described an Ollama model, a target asks /api/show no more."""
@@ -447,7 +446,7 @@ class TargetTest(ProvidersCase):
         await self.ask("providers_catalog")
         shows = len(self.requests_to("/api/show"))
         target = await self.app.providers.target(f"{saved['id']}/gpt-oss:20b")
-        self.assertEqual(target.options, {"options": {"num_ctx": MAX_OLLAMA_NUM_CTX}})
+        self.assertEqual(target.context, MAX_OLLAMA_NUM_CTX)
         self.assertEqual(len(self.requests_to("/api/show")), shows)
 
     async def test_target_openai_kind_chat_endpoint(self):
@@ -455,8 +454,8 @@ class TargetTest(ProvidersCase):
         self.model.serve_models("openai_v1_models")
         saved = await self.save(name="OpenAI", kind="openai", url=self.model.url, key=KEY)
         target = await self.app.providers.target(f"{saved['id']}/o4-mini")
-        self.assertEqual((target.url, target.model, target.key, target.native_ollama, target.options, target.context),
-                         (self.model.chat_url, "o4-mini", KEY, False, {}, None))
+        self.assertEqual((target.url, target.model, target.key, target.kind, target.context),
+                         (self.model.chat_url, "o4-mini", KEY, kind_named("openai"), None))
         self.assertEqual(self.model.requests, [])  # a run's first request is its chat
         self.assertNotIn(KEY, repr(target))
         self.assertNotIn(KEY, str(target))
@@ -475,7 +474,7 @@ class TargetTest(ProvidersCase):
         for kind in ("llamacpp", "lmstudio"):
             saved = await self.save(name=kind, kind=kind, url=self.model.base)
             target = await self.app.providers.target(f"{saved['id']}/some-model")
-            self.assertEqual((target.url, target.native_ollama), (self.model.chat_url, False))
+            self.assertEqual((target.url, target.kind), (self.model.chat_url, kind_named(kind)))
 
     async def test_target_model_id_with_slash(self):
         """The reference splits on the first "/": OpenRouter ids keep theirs."""
@@ -483,8 +482,9 @@ class TargetTest(ProvidersCase):
         saved = await self.save(name="OpenRouter", kind="openrouter", url=self.model.url, key=KEY)
         await self.ask("providers_catalog")
         target = await self.app.providers.target(f"{saved['id']}/qwen/qwen3-coder:free")
-        self.assertEqual((target.model, target.context, target.headers["X-Title"]),
-                         ("qwen/qwen3-coder:free", 262000, "Totem"))
+        self.assertEqual((target.model, target.context, target.kind),
+                         ("qwen/qwen3-coder:free", 262000, kind_named("openrouter")))
+        self.assertEqual(target.kind.stream_request({})[0]["X-Title"], "Totem")
 
     async def test_target_provider_down_still_answers(self):
         """A provider whose models list fails still gives a target, without a context window."""
@@ -493,19 +493,24 @@ class TargetTest(ProvidersCase):
         self.assertEqual((target.model, target.context, target.key), ("gpt-4.1", None, KEY))
 
     async def test_target_bad_reference_raises_model_error(self):
-        """A malformed reference or an unknown provider raises ModelError: a 400 on field model,
-        and a ProviderError that is not retried."""
+        """A malformed reference or an unknown provider raises ModelError: a ProviderError that is
+        not retried and not an API error (the prompt service answers it as a 400 on model)."""
         saved = await self.save(name="OpenAI", kind="openai", url=self.model.url, key=KEY)
         for reference in ("no-slash", "/model", f"{saved['id']}/", "unknown/model", "", None):
             with self.subTest(reference=reference), self.assertRaises(ModelError) as caught:
                 await self.app.providers.target(reference)
             error = caught.exception
             self.assertIsInstance(error, ProviderError)
-            self.assertEqual((error.status, error.retry), (400, False))
-            [entry] = json.loads(error_body(error.errors))
-            self.assertEqual(entry["name"], "model")
-            self.assertEqual(error.message, entry["error"])
+            self.assertNotIsInstance(error, ApiError)
+            self.assertEqual((error.status, error.kind, error.retry), (None, KIND_INVALID_REQUEST, False))
+            self.assertTrue(error.message)
             self.assertNotIn(KEY, repr(error))
+        answer = await call(self.app, "sessions_prompt", {"text": "x", "model": "unknown/model"},
+                            ident=(await self.create_session((await self.open_project())["id"]))["id"])
+        self.assertEqual(answer.status, 400)
+        [entry] = answer.json()
+        self.assertEqual(entry["name"], "model")
+        self.assertIn("there is no provider unknown", entry["error"])
 
 
 class SecrecyTest(ProvidersCase):

@@ -30,6 +30,7 @@ from tests.model_server import (
     text_chunks,
 )
 from totem.agent.client import ProviderConnectionError, open_stream, request_json, stream_chat
+from totem.agent.kinds import kind_named
 from totem.agent.provider_errors import (
     KIND_AUTH,
     KIND_CONNECTION,
@@ -44,12 +45,13 @@ from totem.agent.stream import StreamEnd, StreamError, TextDelta, ToolCallStarte
 MS = 0.001 * float(os.environ.get("TOTEM_TEST_SLOWDOWN", "1"))
 CASES = [(p, c) for p in stream_providers() for c in expected_cases(p)]
 BODY = {"model": "scripted-model", "messages": [{"role": "user", "content": "hi"}]}
+OPENAI, OLLAMA = kind_named("openai"), kind_named("ollama")
 RESULT_KEYS = ("content", "reasoning", "reasoning_details", "finish_reason", "usage", "error",
                "saw_done", "chunks")
 
 
-async def collect(url: str, key: str | None = "sk-test", body: dict = BODY, **options) -> list:
-    async with contextlib.aclosing(stream_chat(url, key, body, **options)) as stream:
+async def collect(url: str, key: str | None = "sk-test", body: dict = BODY, kind=OPENAI, **options) -> list:
+    async with contextlib.aclosing(stream_chat(kind, url, key, body, **options)) as stream:
         return [event async for event in stream]
 
 
@@ -174,8 +176,8 @@ def test_stream_chat_native_ollama_ndjson():
     async def scenario():
         async with ScriptedModel() as model:
             model.script(Fixture("ollama-native", "chat_tool_calls"), Fixture("ollama-native", "chat_thinking"))
-            tools = final_result(await collect(model.ollama_chat_url, None, native_ollama=True))
-            thinking = final_result(await collect(model.ollama_chat_url, None, native_ollama=True))
+            tools = final_result(await collect(model.ollama_chat_url, None, kind=OLLAMA))
+            thinking = final_result(await collect(model.ollama_chat_url, None, kind=OLLAMA))
         assert [c.name for c in tools.tool_calls] == ["read_file", "list_dir"]
         assert (thinking.content, thinking.failure) == ("9.9 is larger than 9.11.", None)
         assert model.requests[0].path == "/api/chat"
@@ -190,7 +192,7 @@ def test_stream_chat_native_ollama_midstream_error():
     async def scenario():
         async with ScriptedModel() as model:
             model.script(Fixture("ollama-native", "chat_midstream_error", transfer="close"))
-            events = await collect(model.ollama_chat_url, None, native_ollama=True)
+            events = await collect(model.ollama_chat_url, None, kind=OLLAMA)
         assert final_result(events).content == " Yes."
         assert isinstance(events[-2], StreamError) and "unexpected EOF" in events[-2].message
 
@@ -277,7 +279,7 @@ def test_stream_chat_stalled_stream_cancelled_within_a_second():
             first = asyncio.Event()
 
             async def consume():
-                async with contextlib.aclosing(stream_chat(model.chat_url, "k", BODY)) as stream:
+                async with contextlib.aclosing(stream_chat(OPENAI, model.chat_url, "k", BODY)) as stream:
                     async for event in stream:
                         if isinstance(event, TextDelta):
                             first.set()
@@ -301,7 +303,7 @@ def test_stream_chat_leaving_loop_early_closes_socket():
     async def scenario():
         async with ScriptedModel() as model:
             model.script(Stall(text_chunks("partial", 1)))
-            async with contextlib.aclosing(stream_chat(model.chat_url, "k", BODY)) as stream:
+            async with contextlib.aclosing(stream_chat(OPENAI, model.chat_url, "k", BODY)) as stream:
                 async for event in stream:
                     assert event == TextDelta("partial")
                     break

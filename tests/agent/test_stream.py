@@ -612,3 +612,48 @@ def test_provider_error_round_trips_through_json_for_events():
     data = {"message": error.message, "retry": error.retryable, "retry_after": error.retry_after,
             "kind": error.kind, "status": error.status}
     assert json.loads(json.dumps(data))["retry_after"] == 3.0
+
+
+# --- linear decoding of long lines (issue 11) --------------------------------------------------
+#
+# A quadratic decoder re-reads its whole buffer for every piece: a line near MAX_LINE_BYTES fed in
+# 1 KB pieces then costs about 16 K passes over up to 16 MB (minutes; the old NDJSON decoder took
+# 5 s for 4 MB), so these tests would hang the suite. No time is asserted.
+
+LONG_PIECE = 1024
+
+
+def long_line_text() -> str:
+    return "x" * (MAX_LINE_BYTES - 64)
+
+
+def test_ndjson_decoder_long_line_in_small_pieces_completes():
+    """A line of almost 16 MB fed in 1 KB pieces decodes: only the new bytes are searched."""
+    text = long_line_text()
+    body = json.dumps({"message": {"content": text}, "done": False}).encode() + b"\n" + b'{"done": true}\n'
+    decoder, values = NdjsonDecoder(), []
+    for start in range(0, len(body), LONG_PIECE):
+        values += decoder.feed(body[start:start + LONG_PIECE])
+    assert [len(v.get("message", {}).get("content", "")) for v in values] == [len(text), 0]
+    assert decoder.close() == []
+
+
+def test_sse_decoder_long_line_in_small_pieces_completes():
+    """A data line of almost 16 MB fed in 1 KB pieces decodes as one event."""
+    text = long_line_text()
+    body = b"data: " + json.dumps({"choices": [{"index": 0, "delta": {"content": text}}]}).encode() + b"\n\n"
+    decoder, events = SseDecoder(), []
+    for start in range(0, len(body), LONG_PIECE):
+        events += decoder.feed(body[start:start + LONG_PIECE])
+    assert [len(json.loads(e.data)["choices"][0]["delta"]["content"]) for e in events] == [len(text)]
+
+
+def test_ndjson_decoder_lines_split_anywhere():
+    """Lines cut at every position, several in one piece or one across many, decode the same."""
+    lines = [{"n": i, "text": "é" * i} for i in range(40)]
+    body = b"".join(json.dumps(line, ensure_ascii=False).encode() + b"\n" for line in lines)
+    for size in (1, 2, 3, 7, 64, len(body)):
+        decoder, values = NdjsonDecoder(), []
+        for start in range(0, len(body), size):
+            values += decoder.feed(body[start:start + size])
+        assert values + decoder.close() == lines, size

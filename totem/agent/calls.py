@@ -45,6 +45,7 @@ class ToolCalls:
         try:
             tool, args = self.registry.parse_arguments(call.name, call.arguments)
             data["input"] = args
+            data.pop("arguments", None)  # stored once: context.call_arguments writes it back
             try:
                 subjects = tuple(tool.subjects(args, ctx))
             except OutsideProject as exc:

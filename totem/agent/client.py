@@ -4,11 +4,13 @@ Owns: connecting (TCP, TLS with the default context) under a timeout; sending on
 a read timeout on every read of the response; turning network failures and `httpwire.WireError`
 into ProviderConnectionError or ProviderError; closing the socket at once when the caller is
 cancelled (abort) or leaves early; `request_json` for small calls (model lists) with a size cap;
-and `stream_chat`, which drives `sse.py` and `stream.py` over a live chat-completions response.
+and `stream_chat`, which sends a chat request shaped by the provider's kind (`kinds/`) and feeds
+the live answer, through the kind's decoder, to the chunk accumulator (`stream.py`).
 
 Must not: log, or put request headers (Authorization) into any message or exception; retry (the
-agent loop decides, from `ProviderError.retry`); read HTTP framing itself (httpwire.py does) or
-parse chunks (sse.py and stream.py do); use threads. One connection per request
+agent loop decides, from `ProviderError.retry`); read HTTP framing itself (httpwire.py does),
+frame or parse chunks (the kind's decoder, sse.py and stream.py do), or ask which kind a
+provider is; use threads. One connection per request
 (`Connection: close`), so no pool and nothing left behind.
 """
 
@@ -21,7 +23,7 @@ import socket
 import ssl
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from totem import httpwire
@@ -31,8 +33,10 @@ from totem.agent.provider_errors import (
     ProviderError,
     classify_http_error,
 )
-from totem.agent.sse import NdjsonDecoder, SseDecoder
 from totem.agent.stream import ChatAccumulator, StreamEnd, StreamEvent
+
+if TYPE_CHECKING:
+    from totem.agent.kinds import ProviderKind
 
 CONNECT_TIMEOUT_SECONDS = 10.0
 # A local model may load for minutes before its first byte (LM Studio JIT, Ollama).
@@ -193,42 +197,42 @@ async def request_json(method: str, url: str, headers: Mapping[str, str] | None 
                             kind=KIND_INVALID_RESPONSE, retry=False) from None
 
 
-async def stream_chat(url: str, key: str | None, body: Mapping[str, Any], *,
-                      native_ollama: bool = False, headers: Mapping[str, str] | None = None,
+async def stream_chat(kind: ProviderKind, url: str, key: str | None, body: Mapping[str, Any], *,
+                      headers: Mapping[str, str] | None = None,
                       connect_timeout: float = CONNECT_TIMEOUT_SECONDS,
                       read_timeout: float = READ_TIMEOUT_SECONDS,
                       keepalive_timeout: float = KEEPALIVE_TIMEOUT_SECONDS,
                       ) -> AsyncIterator[StreamEvent]:
     """Stream one chat answer as normalized events, ending with `StreamEnd(result)`.
 
-    `url` is the full endpoint (`.../v1/chat/completions`, or Ollama's `.../api/chat` with
-    `native_ollama=True`). Sets `stream: true` and, for OpenAI-compatible endpoints,
-    `stream_options.include_usage`. Before streaming, raises ProviderError (classify_http_error)
-    on a non-2xx status and ProviderConnectionError when the host cannot be reached. After the
-    200, failures (in-stream errors, a reset, a read timeout, a cut stream) arrive as a
-    `StreamError` event, then `StreamEnd` with the partial result. Use it inside
-    `contextlib.aclosing(...)` so that leaving the loop early closes the socket at once;
-    cancelling the consuming task does too."""
-    request_headers = {"Accept": "application/x-ndjson" if native_ollama else "text/event-stream",
-                       **(headers or {})}
+    `url` is the full endpoint (`target.url`); the `kind` adds what its streaming request needs
+    (`stream: true`, the Accept header, stream options) and frames the answer (SSE, NDJSON).
+    Before streaming, raises ProviderError (classify_http_error) on a non-2xx status and
+    ProviderConnectionError when the host cannot be reached. After the 200, failures (in-stream
+    errors, a reset, a read timeout, a cut stream) arrive as a `StreamError` event, then
+    `StreamEnd` with the partial result. Use it inside `contextlib.aclosing(...)` so that leaving
+    the loop early closes the socket at once; cancelling the consuming task does too."""
+    kind_headers, request_body = kind.stream_request(body)
+    request_headers = {**kind_headers, **(headers or {})}
     if key:
         request_headers["Authorization"] = f"Bearer {key}"
     accumulator = ChatAccumulator()
-    async with open_stream("POST", url, request_headers, _streaming_body(body, native_ollama),
+    async with open_stream("POST", url, request_headers, request_body,
                            connect_timeout, read_timeout) as response:
         if not 200 <= response.status < 300:
             error_body = await response.read_prefix(MAX_ERROR_BODY_BYTES)
             raise classify_http_error(response.status, response.headers, error_body)
-        decoder = _AnswerDecoder(accumulator, native_ollama, keepalive_timeout)
+        decoder = kind.decoder(accumulator)
+        keepalive = _KeepAlive(accumulator, keepalive_timeout)
         events: list[StreamEvent] = []
         try:
-            if not native_ollama and _is_json(response.headers.get("content-type", "")):
-                # The server ignored `stream: true` and sent one whole chat.completion.
-                events = accumulator.feed_completion(json.loads(await response.read(MAX_JSON_BYTES)))
+            if _is_json(response.headers.get("content-type", "")):
+                # The server ignored `stream: true` and sent one whole answer.
+                events = decoder.whole(json.loads(await response.read(MAX_JSON_BYTES)))
             else:
                 async with contextlib.aclosing(response.iter_bytes()) as pieces:
                     async for piece in pieces:
-                        for event in decoder.feed(piece):
+                        for event in decoder.feed(piece) + keepalive.check():
                             yield event
                         if accumulator.failed or accumulator.saw_done:
                             break  # an error is terminal and nothing after [DONE] matters
@@ -246,51 +250,27 @@ async def stream_chat(url: str, key: str | None, body: Mapping[str, Any], *,
     yield StreamEnd(accumulator.result())
 
 
-def _streaming_body(body: Mapping[str, Any], native_ollama: bool) -> dict[str, Any]:
-    request = dict(body)
-    request["stream"] = True
-    if not native_ollama:
-        options = request.get("stream_options")
-        request["stream_options"] = {**(options if isinstance(options, dict) else {}),
-                                     "include_usage": True}
-    return request
+class _KeepAlive:
+    """Fails the answer when only keep-alive comments arrive for longer than `timeout`: data is
+    whatever the accumulator counts as a chunk, whichever framing brought it."""
 
-
-class _AnswerDecoder:
-    """Frames body pieces (SSE or NDJSON) into accumulator events, and fails the answer when only
-    keep-alive comments arrive for longer than `keepalive_timeout`."""
-
-    def __init__(self, accumulator: ChatAccumulator, native_ollama: bool, keepalive_timeout: float) -> None:
+    def __init__(self, accumulator: ChatAccumulator, timeout: float) -> None:
         self._accumulator = accumulator
-        self._native = native_ollama
-        self._keepalive_timeout = keepalive_timeout
-        self._sse = SseDecoder()
-        self._ndjson = NdjsonDecoder()
+        self._timeout = timeout
         self._clock = asyncio.get_running_loop().time
         self._last_data = self._clock()
+        self._chunks = accumulator.chunks
 
-    def feed(self, piece: bytes) -> list[StreamEvent]:
-        """Events completed by this piece; raises StreamFormatError on broken framing."""
-        accumulator = self._accumulator
-        if self._native:
-            items = self._ndjson.feed(piece)
-            events = [e for line in items for e in accumulator.feed(line)]
-        else:
-            items = self._sse.feed(piece)
-            events = [e for sse_event in items for e in accumulator.feed_sse(sse_event)]
-        if items:
-            self._last_data = self._clock()
-        elif self._clock() - self._last_data > self._keepalive_timeout:
-            events += accumulator.fail(
-                f"The provider sent only keep-alive comments for {self._keepalive_timeout:g} s.",
-                retry=True, kind=KIND_CONNECTION)
-        return events
-
-    def close(self) -> list[StreamEvent]:
-        """End of body: Ollama's last line may lack its newline."""
-        if not self._native:
+    def check(self) -> list[StreamEvent]:
+        """After a piece of the body: the failure when data has been missing too long."""
+        if self._accumulator.chunks != self._chunks:
+            self._chunks, self._last_data = self._accumulator.chunks, self._clock()
             return []
-        return [e for line in self._ndjson.close() for e in self._accumulator.feed(line)]
+        if self._clock() - self._last_data > self._timeout:
+            return self._accumulator.fail(
+                f"The provider sent only keep-alive comments for {self._timeout:g} s.",
+                retry=True, kind=KIND_CONNECTION)
+        return []
 
 
 def _parse_url(url: str) -> _Target:

@@ -1,9 +1,10 @@
 """What the model sees: the system prompt, the project's instructions and the history.
 
-Owns turning stored messages and parts into the chat messages of a request, and the envelope
-that marks tool results and attachments as untrusted data: its tags carry a random marker of
-the run, which the data cannot contain, so no text can end the envelope or forge another. It
-reads AGENTS.md and attachments; it never calls a model or changes anything.
+Owns turning stored messages and parts into the chat messages of a request (in the OpenAI
+shape; each kind's adapter reshapes them for its wire), the attachments of a run encoded once,
+and the envelope that marks tool results and attachments as untrusted data: its tags carry a
+random marker of the run, which the data cannot contain, so no text can end the envelope or
+forge another. It reads AGENTS.md and attachments; it never calls a model or changes anything.
 """
 
 from __future__ import annotations
@@ -15,11 +16,14 @@ import json
 import os
 import re
 import secrets
+from typing import Any
 
 PROMPTS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "prompts")
 AGENTS_FILE = "AGENTS.md"
 MAX_AGENTS_BYTES = 32 * 1024
 MAX_INLINE_ATTACHMENT_BYTES = 256 * 1024
+# An attachment this large is encoded on a thread, not on the event loop.
+ENCODE_THREAD_BYTES = 1024 * 1024
 IMAGE_TYPES = frozenset(("image/png", "image/jpeg", "image/gif", "image/webp"))
 # 64 random bits per run: text written before the run (a file, a page) cannot know the marker.
 MARKER_BYTES = 8
@@ -27,6 +31,9 @@ MARKER_PATTERN = re.compile(r"[0-9a-f]{16,}")
 # What an occurrence of the marker inside the data becomes; it has no hex digits in a row, so
 # no replacement can join its neighbours into the marker again.
 MARKER_REMOVED = "[marker removed]"
+
+# One part of a user message's content: {"type": "text", ...} or {"type": "image_url", ...}.
+ContentItem = dict[str, Any]
 
 
 def load_prompt(name: str) -> str:
@@ -82,41 +89,92 @@ async def system_message(template: str, root: str, marker: str) -> dict:
     return {"role": "system", "content": text}
 
 
-def _attachment_content(attachment: dict, marker: str) -> dict | str:
+class RunAttachments:
+    """The attachments of a run's history as the model sees them, by attachment id: each is read
+    from the store and encoded once for the run's life, not at every step (issue 11: a 4 MB image
+    encoded again at each step cost 41-58 ms a step). A text file's envelope carries the run's
+    marker, the same at every step, so what is kept stays right until the run ends."""
+
+    def __init__(self) -> None:
+        self._items: dict[str, ContentItem | None] = {}
+        self.encoded = 0  # attachments encoded so far, each once
+
+    async def by_message(self, store, history: list[dict], marker: str) -> dict[str, list[ContentItem]]:
+        """The content of the attachments of each user message of `history`, by message id; an
+        attachment that is no longer stored is left out."""
+        result = {}
+        for message in history:
+            files = message["data"].get("attachments") if message["role"] == "user" else None
+            if files:
+                items = [await self._item(store, file["id"], marker) for file in files]
+                result[message["id"]] = [item for item in items if item is not None]
+        return result
+
+    async def _item(self, store, attachmentid: str, marker: str) -> ContentItem | None:
+        if attachmentid not in self._items:
+            row = await store.get_attachment(attachmentid)
+            item = None
+            if row is not None:
+                if len(row["data"]) >= ENCODE_THREAD_BYTES:
+                    item = await asyncio.to_thread(attachment_content, row, marker)
+                else:
+                    item = attachment_content(row, marker)
+                self.encoded += 1
+            self._items[attachmentid] = item
+        return self._items[attachmentid]
+
+
+def attachment_content(attachment: dict, marker: str) -> ContentItem:
+    """An attachment as a part of the user message: an image as a data URL, a small text file
+    inline in an envelope, anything else as a line that names it."""
     mime, data, name = attachment["mime"], attachment["data"], attachment["name"]
     if mime in IMAGE_TYPES:
         url = f"data:{mime};base64,{base64.b64encode(data).decode()}"
         return {"type": "image_url", "image_url": {"url": url}}
     if len(data) <= MAX_INLINE_ATTACHMENT_BYTES:
         try:
-            return envelope(f"attachment {name}", data.decode("utf-8"), marker)
+            return {"type": "text", "text": envelope(f"attachment {name}", data.decode("utf-8"), marker)}
         except UnicodeDecodeError:
             pass
-    return f"[attached file {name} ({mime}, {len(data)} bytes) is not text and is not shown]"
+    return {"type": "text", "text": f"[attached file {name} ({mime}, {len(data)} bytes) is not text and is not shown]"}
 
 
-def user_message(message: dict, attachments: list[dict], marker: str) -> dict:
+def user_message(message: dict, attachments: list[ContentItem]) -> dict:
     text = "".join(part["text"] for part in message["parts"] if part["kind"] == "text")
     if not attachments:
         return {"role": "user", "content": text}
-    content: list[dict] = [{"type": "text", "text": text}] if text else []
-    for attachment in attachments:
-        item = _attachment_content(attachment, marker)
-        content.append(item if isinstance(item, dict) else {"type": "text", "text": item})
-    return {"role": "user", "content": content}
+    content: list[ContentItem] = [{"type": "text", "text": text}] if text else []
+    return {"role": "user", "content": content + attachments}
+
+
+def call_arguments(data: dict) -> str:
+    """The arguments of a stored tool call as JSON text. A call's arguments are stored once
+    (issue 11: a write's content was kept twice): parsed as `input`, or as the text the model
+    sent when it did not parse (kept, so that the model sees its mistake). Empty arguments are
+    "{}": providers refuse an empty string (fixtures/providers/openrouter.md)."""
+    arguments = data.get("arguments")
+    if isinstance(arguments, str) and arguments.strip():
+        return arguments
+    if isinstance(data.get("input"), dict) and data["input"]:
+        return json.dumps(data["input"], ensure_ascii=False)
+    return "{}"
 
 
 def assistant_messages(message: dict, marker: str) -> list[dict]:
-    """An assistant step: its text and tool calls, then one tool message per call, its result
-    in an envelope with the run's marker."""
+    """An assistant step: its text and tool calls (with the provider's `reasoning_details` when it
+    sent some, to go back with them), then one tool message per call, its result in an envelope
+    with the run's marker."""
     text = "".join(part["text"] for part in message["parts"] if part["kind"] == "text")
     tools = [part for part in message["parts"] if part["kind"] == "tool"]
     answer: dict = {"role": "assistant", "content": text}
     if tools:
         answer["tool_calls"] = [{"id": part["data"]["callid"], "type": "function",
                                  "function": {"name": part["data"]["tool"],
-                                              "arguments": part["data"].get("arguments", "{}")}}
+                                              "arguments": call_arguments(part["data"])}}
                                 for part in tools]
+    details = (message.get("data") or {}).get("reasoning_details")
+    if isinstance(details, list) and details:
+        answer["reasoning_details"] = details
     result = [answer]
     for part in tools:
         output = part["data"].get("output")
@@ -127,8 +185,10 @@ def assistant_messages(message: dict, marker: str) -> list[dict]:
     return result
 
 
-def history_messages(history: list[dict], attachments: dict[str, list[dict]], marker: str) -> list[dict]:
-    """Chat messages for the stored history (`attachments` by message id).
+def history_messages(history: list[dict], attachments: dict[str, list[ContentItem]], marker: str) -> list[dict]:
+    """Chat messages for the stored history, in the OpenAI shape that every kind's adapter starts
+    from (`attachments`: the content of each user message's files, by message id, as
+    `RunAttachments.by_message` gives them).
 
     Every envelope of one request carries the same `marker`, that of the current run: the
     history is wrapped again at every step, so results of earlier runs get the new marker too.
@@ -136,37 +196,7 @@ def history_messages(history: list[dict], attachments: dict[str, list[dict]], ma
     messages = []
     for message in history:
         if message["role"] == "user":
-            messages.append(user_message(message, attachments.get(message["id"], []), marker))
-        elif message["role"] == "assistant":
-            if any(part["kind"] in ("text", "tool") for part in message["parts"]):
-                messages.extend(assistant_messages(message, marker))
+            messages.append(user_message(message, attachments.get(message["id"], [])))
+        elif message["role"] == "assistant" and any(part["kind"] in ("text", "tool") for part in message["parts"]):
+            messages.extend(assistant_messages(message, marker))
     return messages
-
-
-def to_ollama_native(messages: list[dict]) -> list[dict]:
-    """Ollama's /api/chat wants string content, images apart and arguments as objects."""
-    native = []
-    for message in messages:
-        item = {"role": message["role"]}
-        content = message.get("content")
-        if isinstance(content, list):
-            item["content"] = "\n".join(c["text"] for c in content if c["type"] == "text")
-            images = [c["image_url"]["url"].split(",", 1)[1] for c in content if c["type"] == "image_url"]
-            if images:
-                item["images"] = images
-        else:
-            item["content"] = content or ""
-        if message.get("tool_calls"):
-            item["tool_calls"] = [{"function": {"name": call["function"]["name"],
-                                                "arguments": _as_object(call["function"]["arguments"])}}
-                                  for call in message["tool_calls"]]
-        native.append(item)
-    return native
-
-
-def _as_object(arguments: str) -> dict:
-    try:
-        value = json.loads(arguments or "{}")
-    except json.JSONDecodeError:
-        return {}
-    return value if isinstance(value, dict) else {}

@@ -24,7 +24,7 @@ from ..store import now_ms
 from ..vault import Scrubber
 from . import client, turns
 from .calls import ToolCalls
-from .context import history_messages, load_prompt, new_marker, system_message, to_ollama_native
+from .context import RunAttachments, history_messages, load_prompt, new_marker, system_message
 from .gate import Asker, PermissionGate
 from .provider_errors import ProviderError
 from .providers import redact
@@ -59,6 +59,7 @@ class _Run:
     key: str | None = None  # the provider key, kept out of every message this run publishes
     error: str | None = None  # why the run failed, when it did
     marker: str = field(default_factory=new_marker)  # of the data envelopes, the same at every step
+    attachments: RunAttachments = field(default_factory=RunAttachments)  # encoded once per run
 
 
 class Runs:
@@ -73,9 +74,10 @@ class Runs:
         self.backoff_first_s = backoff_first_s
         self.system_template = load_prompt("system.txt")
         self._runs: dict[str, _Run] = {}
-        self.questions = Questions(hub, store.ids.new)
+        kinds = lambda: self.calls.registry.kinds()  # noqa: E731 (the registry may be replaced)
+        self.questions = Questions(hub, store.ids.new, kinds)
         self.recorder = Recorder(store, hub)
-        self.gate = PermissionGate(store, self.questions, config_rules)
+        self.gate = PermissionGate(store, self.questions, kinds, config_rules)
         self.calls = ToolCalls(registry, self.gate, self.recorder, store, hub,
                                scrubber or Scrubber.empty, jobs)
 
@@ -221,20 +223,10 @@ class Runs:
 
     async def _request_body(self, run: _Run, target) -> dict:
         history = await self.store.session_history(run.session["id"])
-        attachments = await turns.attachments_of(self.store, history)
+        attachments = await run.attachments.by_message(self.store, history, run.marker)
         messages = ([await system_message(self.system_template, run.asker.root, run.marker)]
                     + history_messages(history, attachments, run.marker))
-        body = {"model": target.model, **target.options}
-        if target.native_ollama:
-            body["messages"] = to_ollama_native(messages)
-            if run.prompt.reasoning:
-                body["think"] = run.prompt.reasoning != "none"
-        else:
-            body["messages"] = messages
-            if run.prompt.reasoning and run.prompt.reasoning != "none":
-                body["reasoning_effort"] = run.prompt.reasoning
-        body["tools"] = self.registry.specs()
-        return body
+        return target.kind.request_body(target, messages, self.registry.specs(), run.prompt.reasoning)
 
     async def _answer(self, run: _Run, target) -> tuple[list[ToolCall], dict[str, OpenPart]]:
         """Stream one answer into parts; returns its tool calls and the part of each."""
@@ -249,7 +241,7 @@ class Runs:
         usage = first_token = result = None
         opened = self.recorder.open
         try:
-            stream = client.stream_chat(target.url, target.key, body, native_ollama=target.native_ollama)
+            stream = client.stream_chat(target.kind, target.url, target.key, body)
             async with contextlib.aclosing(stream) as events:
                 async for event in events:
                     if isinstance(event, TextDelta):
@@ -287,7 +279,9 @@ class Runs:
         parts = await self._settle_tool_parts(sessionid, message["id"], tool_parts, calls)
         await self.store.finish_message(message["id"], usage or (result.usage if result else None),
                                         {"started": started, "first": first_token, "finished": now_ms(),
-                                         "finish_reason": result.finish_reason if result else None})
+                                         "finish_reason": result.finish_reason if result else None,
+                                         **({"reasoning_details": result.reasoning_details}
+                                            if result and result.reasoning_details else {})})
         return calls, parts
 
     async def _settle_tool_parts(self, sessionid: str, messageid: str, tool_parts: dict[int, OpenPart],

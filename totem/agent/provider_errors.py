@@ -1,7 +1,8 @@
 """What a provider's failure means: `ProviderError`, its kinds, and reading non-200 answers.
 
-Owns: `ProviderError` (a sentence for a person, the retry decision and delay) and the KIND_*
-values the agent loop acts on; `classify_http_error`, which turns a non-200 answer (any of the
+Owns: `ProviderError` (a sentence for a person, the retry decision and delay), its
+`ModelError` (a model reference that names nothing usable) and the KIND_* values the agent loop
+acts on; `classify_http_error`, which turns a non-200 answer (any of the
 error shapes of `shared/fixtures/providers/errors.json`, JSON or not) into a ProviderError, with
 the delay from Retry-After and the rate-limit headers; and the small readers of an error's
 detail that the stream accumulator shares (`error_code`, `clip_detail`,
@@ -69,6 +70,16 @@ class ProviderError(Exception):
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({self.message!r}, status={self.status}, kind={self.kind!r}, "
                 f"retry={self.retry}, retry_after={self.retry_after})")
+
+
+class ModelError(ProviderError):
+    """A model reference that names no usable model: malformed, an unknown provider, or a key
+    that cannot be decrypted. Not worth a retry; a service that checks a prompt's model answers
+    it as a 400 on the field `model` (it is not an API error itself: provider errors are their
+    own hierarchy, whatever door the call came through)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, kind=KIND_INVALID_REQUEST, retry=False)
 
 
 # --- HTTP errors -----------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """What a prompt leaves in a session: the user message with its attachments, and the session's
-name from its first line; and the attachments a history refers to.
+name from its first line.
 
 Must not: start runs or call models (loop.py does).
 """
@@ -60,13 +60,3 @@ async def _name_session(store, hub, session: dict, prompt: Prompt) -> None:
     if row is not None:
         hub.publish(SessionUpdated(session["id"], session_view(row)))
 
-
-async def attachments_of(store, history: list[dict]) -> dict[str, list[dict]]:
-    """The stored attachments of each user message of a history, by message id."""
-    result = {}
-    for message in history:
-        files = message["data"].get("attachments") if message["role"] == "user" else None
-        if files:
-            rows = [await store.get_attachment(f["id"]) for f in files]
-            result[message["id"]] = [row for row in rows if row is not None]
-    return result

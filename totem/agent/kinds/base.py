@@ -1,0 +1,178 @@
+"""The seam between Totem and the kinds of provider, and what every kind shares.
+
+Owns: `ProviderKind`, the one small Protocol through which providers.py, client.py and the agent
+loop reach a provider without asking which kind it is; `AnswerDecoder`, the framing of one
+streamed answer into the chat accumulator; `ProviderTarget`, where and how to call one model;
+`Fetch`, which GETs and POSTs JSON with a provider's key (for the models endpoints); and the small
+readers that the models lists of several kinds share (`model_info`, `entries`, `positive`,
+`as_object`, `as_list`, `server_root`, `shape_error`).
+
+Must not: know any one kind (kinds/openai.py and kinds/ollama.py do), stream (client.py does),
+touch the store, or put a key anywhere but in an Authorization header.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
+from urllib.parse import urlsplit
+
+from ..client import request_json
+from ..provider_errors import KIND_INVALID_RESPONSE, ProviderError
+
+if TYPE_CHECKING:
+    from ..stream import ChatAccumulator, StreamEvent
+
+# OpenRouter's list is about a megabyte; past this the answer is not a models list.
+MAX_MODELS_BYTES = 16 * 1024 * 1024
+
+# One chat message in the OpenAI shape that context.py builds; each kind reshapes it for its wire.
+ChatMessage = dict[str, Any]
+
+
+class ModelInfo(TypedDict):
+    """One model as every models endpoint is read: None for tools, reasoning or free means the
+    endpoint does not say (the template's hints or defaults fill it in)."""
+
+    id: str
+    name: str
+    context: int | None
+    tools: bool | None
+    reasoning: bool | None
+    free: bool | None
+
+
+class AnswerDecoder(Protocol):
+    """The body of one streamed answer, framed (SSE, NDJSON, ...) and fed to the accumulator that
+    the decoder was made for; each method returns the events that its input completed."""
+
+    def feed(self, data: bytes) -> list[StreamEvent]:
+        """More bytes of the body. Raises StreamFormatError (a ValueError) on broken framing."""
+        ...
+
+    def close(self) -> list[StreamEvent]:
+        """The end of the body (a last line may lack its newline)."""
+        ...
+
+    def whole(self, body: object) -> list[StreamEvent]:
+        """A whole JSON answer instead of a stream (a server that ignored `stream: true`)."""
+        ...
+
+
+class ProviderKind(Protocol):
+    """What differs between kinds of provider. `name` is the `kind` of its template in
+    providers.json; the table from names to kinds is `kinds.KINDS`."""
+
+    name: str
+
+    def chat_url(self, url: str) -> str:
+        """The chat endpoint of a provider saved with the base URL `url`."""
+        ...
+
+    async def models(self, fetch: Fetch) -> list[ModelInfo]:
+        """Every model the provider at `fetch.url` offers, from the richest endpoint of this kind
+        (not yet filtered by the template). Raises ProviderError."""
+        ...
+
+    async def context_window(self, fetch: Fetch, model: str, listed: int | None) -> int | None:
+        """The window a call of `model` should count on: `listed` is the one of a fresh cached
+        models list (None when there is none). Only a kind that must size the window itself
+        (Ollama's num_ctx) spends a request on it; it never raises."""
+        ...
+
+    def request_body(self, target: ProviderTarget, messages: list[ChatMessage],
+                     tools: list[dict[str, Any]], reasoning: str | None) -> dict[str, Any]:
+        """The chat request for these messages (OpenAI shape, from context.py), tool specs and
+        reasoning level (None: the model's default, "none", "low", "medium", "high")."""
+        ...
+
+    def stream_request(self, body: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, Any]]:
+        """The headers (Accept and any the kind always sends) and the body of the streamed
+        request for `body`, which is left unchanged."""
+        ...
+
+    def decoder(self, accumulator: ChatAccumulator) -> AnswerDecoder:
+        """A decoder of one streamed answer into `accumulator`."""
+        ...
+
+
+@dataclass(frozen=True)
+class ProviderTarget:
+    """Where and how to call one model: `url` is the full chat endpoint, `kind` the adapter that
+    shapes the request and reads the answer, `context` the window in tokens when known. The key
+    never shows in repr(); do not pass a target to dataclasses.asdict() or to a log line."""
+
+    providerid: str
+    url: str
+    model: str
+    kind: ProviderKind
+    key: str | None = field(default=None, repr=False)
+    context: int | None = None
+
+
+class Fetch:
+    """GET and POST JSON with the provider's key; the key stays in the Authorization header."""
+
+    __slots__ = ("url", "_headers", "timeout")
+
+    def __init__(self, url: str, key: str | None, timeout: float):
+        self.url = url
+        self._headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self.timeout = timeout
+
+    def __repr__(self) -> str:
+        return f"<Fetch {self.url}>"
+
+    async def get(self, url: str) -> Any:
+        """The JSON answer of GET `url`. Raises ProviderError."""
+        return await request_json("GET", url, self._headers, None, self.timeout, MAX_MODELS_BYTES)
+
+    async def post(self, url: str, body: Any) -> Any:
+        """The JSON answer of POST `url` with `body`. Raises ProviderError."""
+        return await request_json("POST", url, self._headers, body, self.timeout, MAX_MODELS_BYTES)
+
+
+def server_root(url: str) -> str:
+    """The root of a local server, whose OpenAI routes live under /v1 (people often paste the
+    OpenAI base URL of Ollama or LM Studio: take /v1 off)."""
+    url = url.rstrip("/")
+    return url[:-3] if url.endswith("/v1") else url
+
+
+def shape_error(fetch: Fetch, what: str) -> ProviderError:
+    """The error for an answer of the wrong shape (not a models list, ...)."""
+    host = urlsplit(fetch.url).netloc
+    return ProviderError(f"The answer of {host} is not {what}", kind=KIND_INVALID_RESPONSE, retry=False)
+
+
+def entries(body: Any, fetch: Fetch, key: str = "data", ident: str = "id") -> list[dict[str, Any]]:
+    """The model objects of `{"data": [...]}` (or a bare list: Together) that have an id.
+    Raises ProviderError when there is no such list."""
+    items = body.get(key) if isinstance(body, dict) else body
+    if not isinstance(items, list):
+        raise shape_error(fetch, "a models list")
+    return [item for item in items if isinstance(item, dict) and isinstance(item.get(ident), str) and item[ident]]
+
+
+def as_object(value: Any) -> dict[str, Any]:
+    """`value` when it is a JSON object, else {} (a field that a server left out or got wrong)."""
+    return value if isinstance(value, dict) else {}
+
+
+def as_list(value: Any) -> list[Any]:
+    """`value` when it is a JSON array, else []."""
+    return value if isinstance(value, list) else []
+
+
+def positive(value: Any) -> int | None:
+    """`value` when it is a positive integer, else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def model_info(ident: str, name: Any = None, context: Any = None, tools: bool | None = None,
+               reasoning: bool | None = None, free: bool | None = None) -> ModelInfo:
+    """One model; a name that is not a string is its id, a context that is not a positive
+    integer is None."""
+    return {"id": ident, "name": name if isinstance(name, str) and name else ident,
+            "context": positive(context), "tools": tools, "reasoning": reasoning, "free": free}
