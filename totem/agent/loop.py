@@ -2,9 +2,9 @@
 
 Owns the runs of sessions (one at a time per session): their life cycle (running, then idle,
 aborted or error, with the reason kept), the steps up to the step limit, the loop guard, the
-retries of provider errors, and streaming each model answer into parts. Parts are written and
-announced by the recorder, tool calls run through `ToolCalls` (and its permission gate), what
-a prompt leaves in the session is stored by `turns`; it reaches models through `client`.
+retries of provider errors, and the request of each step. An answer is streamed into parts by
+`Answers`, parts are written and announced by the recorder, tool calls run through `ToolCalls`
+(and its permission gate), what a prompt leaves in the session is stored by `turns`.
 
 Must not: speak HTTP to clients, decide permissions, or write parts other than through the
 recorder.
@@ -19,10 +19,10 @@ import logging
 from dataclasses import dataclass, field
 
 from ..boundary import real_root
-from ..events import MessageCreated, RunError, SessionStatus
-from ..store import now_ms
+from ..events import RunError, SessionStatus
 from ..vault import Scrubber
-from . import client, turns
+from . import turns
+from .answers import Answers
 from .calls import ToolCalls
 from .context import RunAttachments, history_messages, load_prompt, new_marker, system_message
 from .gate import Asker, PermissionGate
@@ -30,8 +30,7 @@ from .provider_errors import ProviderError
 from .providers import redact
 from .questions import Questions
 from .recorder import OpenPart, Recorder
-from .stream import (ReasoningDelta, StreamEnd, StreamError, TextDelta, ToolCall, ToolCallStarted, Usage,
-                     extract_text_tool_calls)
+from .stream import ToolCall
 from .turns import Prompt
 
 log = logging.getLogger("totem.agent")
@@ -80,6 +79,7 @@ class Runs:
         self.gate = PermissionGate(store, self.questions, kinds, config_rules)
         self.calls = ToolCalls(registry, self.gate, self.recorder, store, hub,
                                scrubber or Scrubber.empty, jobs)
+        self.answers = Answers(store, hub, self.recorder, lambda: self.calls.registry)
 
     @property
     def registry(self):
@@ -210,7 +210,8 @@ class Runs:
         attempt = 0
         while True:
             try:
-                return await self._answer(run, target)
+                body = await self._request_body(run, target)
+                return await self.answers.stream(run.session["id"], run.prompt.model, target, body)
             except ProviderError as exc:
                 attempt += 1
                 if not exc.retry or attempt > MAX_RETRIES:
@@ -227,77 +228,6 @@ class Runs:
         messages = ([await system_message(self.system_template, run.asker.root, run.marker)]
                     + history_messages(history, attachments, run.marker))
         return target.kind.request_body(target, messages, self.registry.specs(), run.prompt.reasoning)
-
-    async def _answer(self, run: _Run, target) -> tuple[list[ToolCall], dict[str, OpenPart]]:
-        """Stream one answer into parts; returns its tool calls and the part of each."""
-        sessionid = run.session["id"]
-        body = await self._request_body(run, target)
-        started = now_ms()
-        message = await self.store.add_message(sessionid, "assistant", model=run.prompt.model)
-        message["parts"] = []
-        self.hub.publish(MessageCreated(sessionid, message))
-        text_part = reasoning_part = None
-        tool_parts: dict[int, OpenPart] = {}
-        usage = first_token = result = None
-        opened = self.recorder.open
-        try:
-            stream = client.stream_chat(target.kind, target.url, target.key, body)
-            async with contextlib.aclosing(stream) as events:
-                async for event in events:
-                    if isinstance(event, TextDelta):
-                        first_token = first_token or now_ms()
-                        text_part = text_part or await opened(sessionid, message["id"], "text")
-                        self.recorder.append(text_part, event.text)
-                    elif isinstance(event, ReasoningDelta):
-                        first_token = first_token or now_ms()
-                        reasoning_part = reasoning_part or await opened(sessionid, message["id"], "reasoning")
-                        self.recorder.append(reasoning_part, event.text)
-                    elif isinstance(event, ToolCallStarted) and event.index not in tool_parts:
-                        tool_parts[event.index] = await opened(
-                            sessionid, message["id"], "tool", status="pending",
-                            data={"callid": event.id, "tool": event.name, "arguments": ""})
-                    elif isinstance(event, Usage):
-                        usage = event.usage
-                    elif isinstance(event, StreamError):
-                        raise ProviderError(event.message, status=event.status, retry=event.retry, kind=event.kind)
-                    elif isinstance(event, StreamEnd):
-                        result = event.result
-        except BaseException as exc:
-            ending = "aborted" if isinstance(exc, asyncio.CancelledError) else "error"
-            for open_part in [text_part, reasoning_part, *tool_parts.values()]:
-                if open_part is not None:
-                    await self.recorder.close(open_part, ending)
-            await self.store.finish_message(message["id"], usage, {"started": started, "first": first_token,
-                                                                   "failed": True})
-            raise
-        for open_part in (reasoning_part, text_part):
-            if open_part is not None:
-                await self.recorder.close(open_part, "done")
-        calls = result.tool_calls if result else []
-        if not calls and result and result.content:
-            _rest, calls = extract_text_tool_calls(result.content, self.registry.names())
-        parts = await self._settle_tool_parts(sessionid, message["id"], tool_parts, calls)
-        await self.store.finish_message(message["id"], usage or (result.usage if result else None),
-                                        {"started": started, "first": first_token, "finished": now_ms(),
-                                         "finish_reason": result.finish_reason if result else None,
-                                         **({"reasoning_details": result.reasoning_details}
-                                            if result and result.reasoning_details else {})})
-        return calls, parts
-
-    async def _settle_tool_parts(self, sessionid: str, messageid: str, tool_parts: dict[int, OpenPart],
-                                 calls: list[ToolCall]) -> dict[str, OpenPart]:
-        """Give each final call its part (created now for calls written as text)."""
-        parts = {}
-        for call in calls:
-            open_part = tool_parts.pop(call.index, None)
-            if open_part is None:
-                open_part = await self.recorder.open(sessionid, messageid, "tool", status="pending",
-                                                     data={"callid": call.id, "tool": call.name, "arguments": ""})
-            open_part.data.update({"callid": call.id, "tool": call.name, "arguments": call.arguments})
-            parts[call.id] = open_part
-        for leftover in tool_parts.values():
-            await self.recorder.close(leftover, "error")
-        return parts
 
 
 def _canonical(arguments: str) -> str:

@@ -1,0 +1,112 @@
+"""One model answer, streamed into parts: the assistant message, its text and reasoning parts as
+they arrive, a tool part per call the model makes (also for calls a local model writes as text),
+and the message's timing, usage and wire details when it ends.
+
+Must not: retry (the loop does), run the tool calls (calls.py does), or build the request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+
+from ..events import MessageCreated
+from ..store import now_ms
+from . import client
+from .provider_errors import ProviderError
+from .recorder import OpenPart, Recorder
+from .stream import (
+    ReasoningDelta,
+    StreamEnd,
+    StreamError,
+    TextDelta,
+    ToolCall,
+    ToolCallStarted,
+    Usage,
+    extract_text_tool_calls,
+)
+
+
+class Answers:
+    """Streams model answers into the parts of assistant messages."""
+
+    def __init__(self, store, hub, recorder: Recorder, registry: Callable):
+        self.store = store
+        self.hub = hub
+        self.recorder = recorder
+        self.registry = registry  # () -> the tools, whose names a text tool call may use
+
+    async def stream(self, sessionid: str, model: str, target,
+                     body: dict) -> tuple[list[ToolCall], dict[str, OpenPart]]:
+        """Stream one answer into parts; returns its tool calls and the part of each.
+
+        Raises ProviderError (a failed or refused answer: its parts are closed as error), and
+        CancelledError on abort (closed as aborted).
+        """
+        started = now_ms()
+        message = await self.store.add_message(sessionid, "assistant", model=model)
+        message["parts"] = []
+        self.hub.publish(MessageCreated(sessionid, message))
+        text_part = reasoning_part = None
+        tool_parts: dict[int, OpenPart] = {}
+        usage = first_token = result = None
+        opened, messageid = self.recorder.open, message["id"]
+        try:
+            stream = client.stream_chat(target.kind, target.url, target.key, body)
+            async with contextlib.aclosing(stream) as events:
+                async for event in events:
+                    if isinstance(event, TextDelta):
+                        first_token = first_token or now_ms()
+                        text_part = text_part or await opened(sessionid, messageid, "text")
+                        self.recorder.append(text_part, event.text)
+                    elif isinstance(event, ReasoningDelta):
+                        first_token = first_token or now_ms()
+                        reasoning_part = reasoning_part or await opened(sessionid, messageid, "reasoning")
+                        self.recorder.append(reasoning_part, event.text)
+                    elif isinstance(event, ToolCallStarted) and event.index not in tool_parts:
+                        tool_parts[event.index] = await opened(
+                            sessionid, messageid, "tool", status="pending",
+                            data={"callid": event.id, "tool": event.name, "arguments": ""})
+                    elif isinstance(event, Usage):
+                        usage = event.usage
+                    elif isinstance(event, StreamError):
+                        raise ProviderError(event.message, status=event.status, retry=event.retry, kind=event.kind)
+                    elif isinstance(event, StreamEnd):
+                        result = event.result
+        except BaseException as exc:
+            ending = "aborted" if isinstance(exc, asyncio.CancelledError) else "error"
+            for open_part in [text_part, reasoning_part, *tool_parts.values()]:
+                if open_part is not None:
+                    await self.recorder.close(open_part, ending)
+            await self.store.finish_message(messageid, usage, {"started": started, "first": first_token,
+                                                               "failed": True})
+            raise
+        for open_part in (reasoning_part, text_part):
+            if open_part is not None:
+                await self.recorder.close(open_part, "done")
+        calls = result.tool_calls if result else []
+        if not calls and result and result.content:
+            _rest, calls = extract_text_tool_calls(result.content, self.registry().names())
+        parts = await self._settle_tool_parts(sessionid, messageid, tool_parts, calls)
+        await self.store.finish_message(messageid, usage or (result.usage if result else None),
+                                        {"started": started, "first": first_token, "finished": now_ms(),
+                                         "finish_reason": result.finish_reason if result else None,
+                                         **({"reasoning_details": result.reasoning_details}
+                                            if result and result.reasoning_details else {})})
+        return calls, parts
+
+    async def _settle_tool_parts(self, sessionid: str, messageid: str, tool_parts: dict[int, OpenPart],
+                                 calls: list[ToolCall]) -> dict[str, OpenPart]:
+        """Give each final call its part (created now for calls written as text)."""
+        parts = {}
+        for call in calls:
+            open_part = tool_parts.pop(call.index, None)
+            if open_part is None:
+                open_part = await self.recorder.open(sessionid, messageid, "tool", status="pending",
+                                                     data={"callid": call.id, "tool": call.name, "arguments": ""})
+            open_part.data.update({"callid": call.id, "tool": call.name, "arguments": call.arguments})
+            parts[call.id] = open_part
+        for leftover in tool_parts.values():
+            await self.recorder.close(leftover, "error")
+        return parts
