@@ -40,16 +40,24 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from startup import (HOST, ROOT, BenchError, percentile, running_server, server_env,
-                     wait_until_ready)
+from startup import HOST, ROOT, BenchError, percentile, running_server, server_env, wait_until_ready
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed
 
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)  # for tests.model_server, which imports nothing of Totem
 
-from tests.model_server import (FAST_WRITE_BYTES, MODEL_ID, ScriptedModel, _send_head,  # noqa: E402
-                                chunk, encode_events, finish_chunk, reply, usage_chunk)
+from tests.model_server import (
+    FAST_WRITE_BYTES,
+    MODEL_ID,
+    ScriptedModel,
+    _send_head,
+    chunk,
+    encode_events,
+    finish_chunk,
+    reply,
+    usage_chunk,
+)
 
 RELAY_DELTAS = 20_000
 RELAY_RATE_TARGET = 20_000  # deltas per second, at least

@@ -16,8 +16,8 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from totem.agent.recorder import Recorder  # noqa: E402
-from totem.store import Store  # noqa: E402
+from totem.agent.recorder import Recorder
+from totem.store import Store
 
 ANSWER_BYTES = 300 * 1024
 FLUSHES = 30

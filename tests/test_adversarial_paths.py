@@ -5,8 +5,14 @@ from __future__ import annotations
 
 import unittest
 
-from tests.test_adversarial import PROTECTED, AdversarialCase, Case, bash
-from tests.test_adversarial import tearDownModule  # noqa: F401 (prints the count of cases)
+from tests.test_adversarial import (
+    PROTECTED,
+    AdversarialCase,
+    Case,
+    bash,
+    tearDownModule,  # noqa: F401 (prints the count of cases)
+)
+
 
 def denied(tool: str, args: dict) -> Case:
     """Outside the project: denied in code, before any rule, with no question."""

@@ -16,8 +16,15 @@ import json
 import os
 import unittest
 
-from tests.test_adversarial import COUNTS, SECRETS, AdversarialCase, Case, bash, build_tree
-from tests.test_adversarial import tearDownModule  # noqa: F401 (prints the count of cases)
+from tests.test_adversarial import (
+    COUNTS,
+    SECRETS,
+    AdversarialCase,
+    Case,
+    bash,
+    build_tree,
+    tearDownModule,  # noqa: F401 (prints the count of cases)
+)
 from tests.utils import call
 
 # Each value says where it lives; the grep cases search for S3CRET-[0-9a-f]{4}, no value itself.

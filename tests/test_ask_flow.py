@@ -33,7 +33,7 @@ class AskFlowTest(LoopCase):
         await self.prompt()
         ask = await wait_for(self.ws, "permission.ask")
         listed = (await call(self.app, "sessions", query=f"projectid={self.project['id']}")).json()
-        self.assertEqual([s["waiting"] for s in listed], [1])
+        self.assertEqual([s["waiting"] for s in listed["sessions"]], [1])
         self.assertEqual(ask["data"]["tool"], "read")
         self.assertEqual(ask["data"]["input"], {"path": ".env"})
         self.assertIn(".env", ask["data"]["patterns"])

@@ -62,8 +62,8 @@ def test_is_protected_env_table_constants():
     assert boundary.ENV_NAMES == (".env", ".envrc")
     assert boundary.ENV_PREFIX == ".env."
     assert boundary.ENV_SUFFIX == ".env"
-    assert boundary.ENV_EXAMPLES == {".env.example", ".env.sample", ".env.template"}
-    assert boundary.ENV_FOLDERS == {".env", ".env.d"}
+    assert {".env.example", ".env.sample", ".env.template"} == boundary.ENV_EXAMPLES
+    assert {".env", ".env.d"} == boundary.ENV_FOLDERS
     assert {"~", "#", ".bak", ".swp", ".swo"} <= set(boundary.ENV_BACKUP_SUFFIXES)
     assert {".#", "#"} <= set(boundary.ENV_BACKUP_PREFIXES)
     for name in (*boundary.ENV_NAMES, *boundary.ENV_EXAMPLES, *boundary.ENV_FOLDERS,

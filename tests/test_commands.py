@@ -8,10 +8,10 @@ import os
 import resource
 import time
 
-from totem.runner import group_running
 from tests.model_server import reply
 from tests.test_loop import KEY, LoopCase
 from tests.utils import MS, call, next_event
+from totem.runner import group_running
 
 
 def tool_results(request):

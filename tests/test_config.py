@@ -4,7 +4,7 @@ import os
 import tempfile
 import unittest
 
-from totem.config import KEYS, ConfigError, Config, default_config_path, load_config, parse_values
+from totem.config import KEYS, Config, ConfigError, default_config_path, load_config, parse_values
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -1,8 +1,8 @@
 """The event protocol: wire shapes, client messages, and the WebSocket hub on a real socket."""
 
 import asyncio
-import contextlib
 import base64
+import contextlib
 import json
 import os
 import re
@@ -12,11 +12,20 @@ from unittest import mock
 
 from websockets.exceptions import ConnectionClosed
 
-from totem import events
-from totem.events import (EVENT_TYPES, DiffUpdated, PartDelta, PermissionAsk, PermissionReplied, ProtocolError,
-                          QuestionAsk, QuestionReplied, SessionStatus, Subscribe, Unsubscribe,
-                          parse_client_message)
 from tests.utils import MS, TotemCase, next_event, open_ws
+from totem import events
+from totem.events import (
+    EVENT_TYPES,
+    DiffUpdated,
+    PartDelta,
+    PermissionAsk,
+    ProtocolError,
+    QuestionAsk,
+    SessionStatus,
+    Subscribe,
+    Unsubscribe,
+    parse_client_message,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -18,10 +18,17 @@ import time
 import unittest
 from unittest import mock
 
-from totem import runner
-from totem.git import (GitError, GitRefusedError, SAFE_OPTIONS, folder_status, repository_programs,
-                       repository_runs_programs, run_git)
 from tests.utils import MS, TotemCase, call
+from totem import runner
+from totem.git import (
+    SAFE_OPTIONS,
+    GitError,
+    GitRefusedError,
+    folder_status,
+    repository_programs,
+    repository_runs_programs,
+    run_git,
+)
 
 FILTER = '[filter "evil"]\n\tclean = touch @MARKER@; cat\n'
 REFUSED = "git is not run in this repository: "
@@ -285,7 +292,7 @@ class VettingTest(unittest.TestCase):
         """Submodules are vetted where git status goes: checked out, at any depth, any index version."""
         root = self.repository("top")
         inner = self.repository("top/lib")
-        deep = self.repository("top/lib/deep", "[core]\n\tpager = x\n")
+        self.repository("top/lib/deep", "[core]\n\tpager = x\n")
         git(inner, "add", "deep")
         git(root, "add", "lib")
         self.assertEqual(repository_programs(root), "its submodule lib: its submodule deep: its config "

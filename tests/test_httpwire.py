@@ -8,9 +8,9 @@ import errno
 
 import pytest
 
+from tests.utils import MS
 from totem import httpwire
 from totem.httpwire import CUT_SHORT, NO_ANSWER, WireError, read_response, socket_reason
-from tests.utils import MS
 
 
 async def _response(raw: bytes, method: str = "GET") -> tuple[httpwire.WireResponse, bytes]:

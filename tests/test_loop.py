@@ -8,9 +8,9 @@ import logging
 import os
 import time
 
-from totem.tools import Registry, Tool, ToolResult, default_registry
 from tests.model_server import HttpError, ScriptedModel, Stall, reply, text_chunks
 from tests.utils import MS, TotemCase, call, next_event, open_ws, request
+from totem.tools import Registry, Tool, ToolResult, default_registry
 
 KEY = "sk-test-NEVER-LEAK-0123456789abcdef"
 

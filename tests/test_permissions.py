@@ -12,9 +12,23 @@ import pytest
 
 from totem import boundary
 from totem.permissions import (
-    ACTIONS, LAYERS, MAX_PATTERN_CHARS, PATH, SCHEDULED_REASON, Call, Decision, Rule, ToolKind,
-    command_text, decide, default_rules, matches, rule_problems as problems_of, split_command,
-    suggest_patterns as suggest_for)
+    ACTIONS,
+    LAYERS,
+    MAX_PATTERN_CHARS,
+    PATH,
+    SCHEDULED_REASON,
+    Call,
+    Decision,
+    Rule,
+    ToolKind,
+    command_text,
+    decide,
+    default_rules,
+    matches,
+    rule_problems as problems_of,
+    split_command,
+    suggest_patterns as suggest_for,
+)
 from totem.shellwords import MAX_DEPTH
 from totem.tools import tool_kinds
 

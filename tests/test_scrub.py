@@ -14,8 +14,7 @@ import urllib.parse
 import pytest
 
 from totem.config import parse_values
-from totem.vault import (MAX_ESCAPE_RUN_CHARS, MIN_SCRUB_CHARS, SECRET_FILE, Scrubber,
-                         load_secret_file, secrets_of)
+from totem.vault import MAX_ESCAPE_RUN_CHARS, MIN_SCRUB_CHARS, SECRET_FILE, Scrubber, load_secret_file, secrets_of
 
 KEY = "sk-proj-Zq7/Tb+4xW=9kLm_2Rv~Nq"
 TOKEN = "tok3n-9f8e7d6c5b4a3210"
@@ -411,7 +410,7 @@ def test_stream_random_chunks_match_whole_text():
     rng = random.Random(5)
     for _ in range(200):
         cuts = sorted(rng.sample(range(1, len(text)), rng.randint(1, 12)))
-        chunks = [text[a:b] for a, b in zip([0] + cuts, cuts + [len(text)])]
+        chunks = [text[a:b] for a, b in zip([0] + cuts, cuts + [len(text)], strict=True)]
         assert stream_all(scrub, chunks) == whole
 
 
@@ -518,7 +517,7 @@ def test_stream_wrapped_random_chunks():
         while at < len(text):
             at += rng.randint(1, 40)
             cuts.append(at)
-        chunks = [text[a:b] for a, b in zip([0] + cuts, cuts)]
+        chunks = [text[a:b] for a, b in zip([0] + cuts, cuts, strict=False)]
         assert stream_all(scrub, chunks) == whole
     assert stream_all(scrub, text) == whole
 
@@ -532,9 +531,8 @@ def test_stream_wrapped_delay_bound():
     for blob in (wrap(value.encode().hex(), 1, "\r\n"),
                  wrap(base64.b64encode(value.encode()).decode(), 1, "\r\n")):
         stream = scrub.stream()
-        fed = emitted = held = 0
-        for char in blob[:-3]:  # all but the last character and its line break
-            fed += 1
+        emitted = held = 0
+        for fed, char in enumerate(blob[:-3], 1):  # all but the last character and its line break
             emitted += len(stream.feed(char))
             held = max(held, fed - emitted)
             assert fed - emitted <= scrub.longest - 1

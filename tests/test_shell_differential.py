@@ -337,7 +337,7 @@ def build_sandbox(root: str, owner: tuple[int, int] | None) -> None:
         with open(path, "wb") as handle:
             handle.write(data)
     if owner:
-        for folder, dirs, files in os.walk(root):
+        for folder, _dirs, files in os.walk(root):
             os.chown(folder, *owner)
             for name in files:
                 os.chown(os.path.join(folder, name), *owner)

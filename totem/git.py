@@ -309,7 +309,7 @@ def _git_dirs(path: str) -> list[tuple[str, str]]:
     here is vetted too and the walk goes on: git skips it only if it is invalid, so its config
     counts as long as we cannot be sure which one git takes.
     """
-    found = []
+    found: list[tuple[str, str]] = []
     while True:
         dot_git = os.path.join(path, ".git")
         if os.path.isfile(dot_git):

@@ -16,10 +16,10 @@ import os
 import stat
 from typing import Any
 
-from .tools.files import is_temp_name
 from .boundary import BoundaryError, is_protected_env, relative_path, resolve_inside
 from .errors import ApiError, BadRequest, NotFound
 from .git import GitError, folder_status
+from .tools.files import is_temp_name
 
 __all__ = ["HIDDEN_IN_TREE", "MAX_TREE_ITEMS", "Projects", "project_view"]
 

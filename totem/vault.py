@@ -24,8 +24,7 @@ import os
 import re
 import secrets
 import stat
-from collections.abc import Mapping
-
+from collections.abc import Iterator, Mapping
 
 VERSION = 1
 NONCE_BYTES = 12
@@ -263,7 +262,8 @@ class Scrubber:
         # own label. Among equal values, the first label wins.
         for label, value in values:
             labels.setdefault(value, label)
-        flat, wrapped = set(labels), set()
+        flat = set(labels)
+        wrapped: set[str] = set()
         for label, value in values:
             for forms, found in ((flat, _forms_of(value)), (wrapped, _wrapped_forms_of(value))):
                 forms.update(found)
@@ -332,9 +332,11 @@ class Scrubber:
         out.append(raw[escapes.after(done) if escapes else done:cut])
         return "".join(out), raw[cut:]
 
-    def _matches(self, visible: str):
+    def _matches(self, visible: str) -> Iterator[tuple[int, int, str]]:
         """(start, end, label) of each secret in `visible`, left to right and not overlapping:
         at the leftmost place where a form starts, the longest form found there."""
+        if self._regex is None or self._flat is None:
+            return  # no secrets (the callers do not scan then)
         search, flat = self._regex.search, self._flat.match
         labels = self._labels
         at = 0
@@ -506,7 +508,7 @@ def _begins_longer(forms: list[str], tail: str) -> bool:
 
 def _forms_of(value: str) -> set[str]:
     """The ways `value` may be written in output on one line, besides itself: JSON and URL."""
-    forms = set()
+    forms: set[str] = set()
     for ascii_only in (True, False):
         escaped = json.dumps(value, ensure_ascii=ascii_only)[1:-1]
         upper_hex = re.sub(r"\\u[0-9a-f]{4}", lambda m: "\\u" + m.group()[2:].upper(), escaped)
@@ -524,7 +526,7 @@ def _forms_of(value: str) -> set[str]:
 
 def _wrapped_forms_of(value: str) -> set[str]:
     """The encodings of `value` that dumps wrap into lines: base64 and hex."""
-    forms = set()
+    forms: set[str] = set()
     data = value.encode("utf-8")
     # Base64 (RFC 4648 § 4 and § 5). Inside a larger encoded text the value starts at byte 0, 1 or
     # 2 of a 3-byte group; character j of the encoding carries bits [6j, 6j + 6), so the characters

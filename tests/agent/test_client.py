@@ -440,7 +440,7 @@ def self_signed_certificate(folder: str) -> tuple[str, str]:
 
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
             .serial_number(x509.random_serial_number()).not_valid_before(now)
             .not_valid_after(now + datetime.timedelta(days=1)).sign(key, hashes.SHA256()))
@@ -484,11 +484,10 @@ def test_open_stream_chunk_extensions_trailers_and_informational():
            b"X-Seen: 1\r\nX-Seen: 2\r\n\r\n5;name=value\r\nhello\r\n6\r\n world\r\n0\r\nTrailer: x\r\n\r\n")
 
     async def scenario():
-        async with raw_server(raw) as url:
-            async with open_stream("GET", url) as response:
-                assert (response.status, response.headers["x-seen"]) == (200, "1, 2")
-                assert await response.read(100) == b"hello world"
-                assert response.complete
+        async with raw_server(raw) as url, open_stream("GET", url) as response:
+            assert (response.status, response.headers["x-seen"]) == (200, "1, 2")
+            assert await response.read(100) == b"hello world"
+            assert response.complete
 
     asyncio.run(scenario())
 
@@ -498,10 +497,9 @@ def test_open_stream_content_length_short_body_is_connection_error():
     raw = b"HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\nonly this"
 
     async def scenario():
-        async with raw_server(raw) as url:
-            async with open_stream("GET", url) as response:
-                with pytest.raises(ProviderConnectionError) as caught:
-                    await response.read(100)
+        async with raw_server(raw) as url, open_stream("GET", url) as response:
+            with pytest.raises(ProviderConnectionError) as caught:
+                await response.read(100)
         assert caught.value.retry is True
 
     asyncio.run(scenario())
@@ -512,10 +510,9 @@ def test_open_stream_bad_chunk_size_is_invalid_response():
     raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n"
 
     async def scenario():
-        async with raw_server(raw) as url:
-            async with open_stream("GET", url) as response:
-                with pytest.raises(ProviderError) as caught:
-                    await response.read(100)
+        async with raw_server(raw) as url, open_stream("GET", url) as response:
+            with pytest.raises(ProviderError) as caught:
+                await response.read(100)
         assert caught.value.kind == KIND_INVALID_RESPONSE
 
     asyncio.run(scenario())

@@ -8,7 +8,6 @@ import asyncio
 import base64
 import json
 import os
-import unittest
 
 from tests.model_server import (
     Fixture,

@@ -6,10 +6,9 @@ import asyncio
 
 import pytest
 
-from totem.tools import Registry, ToolContext, ToolError
-from totem.tools import bash as bash_module
-from totem.tools.bash import BashTool
 from tests.tools.trees import project
+from totem.tools import Registry, ToolContext, ToolError, bash as bash_module
+from totem.tools.bash import BashTool
 
 
 def bash(root: str, emit=None, **args):

@@ -9,8 +9,7 @@ import stat
 
 import pytest
 
-from totem.tools import ToolContext, ToolError
-from totem.tools import files
+from totem.tools import ToolContext, ToolError, files
 from totem.tools.edit import EditTool
 
 from .test_write import ADVERSARIAL, adversarial_path, hostile, project, put, snapshot, temp_files

@@ -10,10 +10,9 @@ import re
 
 import pytest
 
-from totem.tools import ToolContext, ToolError
-from totem.tools import glob as glob_module
-from totem.tools.glob import GlobTool, compile_glob
 from tests.tools.trees import PLAIN_FILES, SECRET_FILES, project
+from totem.tools import ToolContext, ToolError, glob as glob_module
+from totem.tools.glob import GlobTool, compile_glob
 
 
 def touch(root: str, relative: str, mtime: float | None = None) -> str:

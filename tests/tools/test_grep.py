@@ -13,11 +13,10 @@ import subprocess
 
 import pytest
 
-from totem.tools import ToolContext, ToolError
-from totem.tools import grep as grep_module
-from totem import boundary
-from totem.tools.grep import GrepTool, Query, env_ignore_rules, rg_arguments
 from tests.tools.trees import PLAIN_FILES, SECRET_FILES, project, write
+from totem import boundary
+from totem.tools import ToolContext, ToolError, grep as grep_module
+from totem.tools.grep import GrepTool, Query, env_ignore_rules, rg_arguments
 
 RG = shutil.which("rg")
 ENGINES = [

@@ -7,10 +7,9 @@ import os
 
 import pytest
 
-from totem.tools import ToolContext, ToolError
-from totem.tools import read as read_module
-from totem.tools.read import ReadTool
 from tests.tools.trees import project, write
+from totem.tools import ToolContext, ToolError, read as read_module
+from totem.tools.read import ReadTool
 
 
 def read(root: str, **args):

@@ -8,13 +8,12 @@ import stat
 
 import pytest
 
+from tests.tools.trees import project
 from totem import boundary
-from totem.tools import Registry, ToolContext, ToolError
-from totem.tools import files
+from totem.tools import Registry, ToolContext, ToolError, files
 from totem.tools.edit import EditTool
 from totem.tools.patch import PatchTool
 from totem.tools.write import WriteTool
-from tests.tools.trees import project
 
 
 def put(root: str, relative: str, content: str | bytes, mode: int | None = None) -> str:

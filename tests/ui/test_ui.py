@@ -600,5 +600,5 @@ def test_markdown_renderer_shapes(live, page):
             return box.innerHTML;
         });
     }""", [source for source, _ in MARKDOWN_CASES])
-    for (source, expected), got in zip(MARKDOWN_CASES, results):
+    for (source, expected), got in zip(MARKDOWN_CASES, results, strict=True):
         assert got == expected, (source, got)

@@ -21,7 +21,7 @@ import contextlib
 import json
 import socket
 import ssl
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -98,7 +98,7 @@ class StreamResponse:
         """True once the body has been read to its end (at once when there is none)."""
         return self._wire.complete
 
-    async def iter_bytes(self) -> AsyncIterator[bytes]:
+    async def iter_bytes(self) -> AsyncGenerator[bytes, None]:
         """Yield the body as it arrives. Raises ProviderConnectionError on a read timeout, a reset
         or a body that ends before its framing says, ProviderError on broken chunked framing."""
         while piece := await self._next_piece():
@@ -202,7 +202,7 @@ async def stream_chat(kind: ProviderKind, url: str, key: str | None, body: Mappi
                       connect_timeout: float = CONNECT_TIMEOUT_SECONDS,
                       read_timeout: float = READ_TIMEOUT_SECONDS,
                       keepalive_timeout: float = KEEPALIVE_TIMEOUT_SECONDS,
-                      ) -> AsyncIterator[StreamEvent]:
+                      ) -> AsyncGenerator[StreamEvent, None]:
     """Stream one chat answer as normalized events, ending with `StreamEnd(result)`.
 
     `url` is the full endpoint (`target.url`); the `kind` adds what its streaming request needs

@@ -18,10 +18,11 @@ import os
 import stat
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import NotRequired, TypedDict
 
 from ..boundary import BoundaryError, is_protected_env, relative_path, resolve_inside
 from ..git import repository_runs_programs
-from ..permissions import TEXT, Call, Decision, Rule, ToolKind, decide, suggest_patterns
+from ..permissions import TEXT, Call, Decision, DecisionRow, Rule, ToolKind, decide, suggest_patterns
 from ..shellwords import reveal
 from ..store import now_ms
 from .questions import Questions
@@ -37,6 +38,24 @@ class Asker:
     mode: str = "build"
     autoaccept: bool = False
     scheduled: bool = False
+
+
+class SavedRule(TypedDict):
+    """A rule that "always" stored (at the project layer)."""
+
+    tool: str
+    pattern: str
+    action: str
+
+
+class AuditRecord(DecisionRow):
+    """The audit record of one decision, kept in the tool part's data (`decision`, `decisions`)."""
+
+    at: int  # when it was decided, in ms
+    by: str  # who settled it: "code", "rule" or "person"
+    reply: NotRequired[str]  # the person's reply, when asked
+    answered: NotRequired[int]  # when the person replied, in ms
+    saved: NotRequired[list[SavedRule]]  # the rules "always" stored
 
 
 class PermissionGate:
@@ -70,12 +89,13 @@ class PermissionGate:
 
     async def settle(self, asker: Asker, tool: str, subjects: tuple[str, ...], args: dict, *,
                      outside: bool = False, always_ask: str | None = None,
-                     before_ask: Callable[[], Awaitable[None]] | None = None) -> dict:
+                     before_ask: Callable[[], Awaitable[None]] | None = None) -> AuditRecord:
         """Decide, ask the person when the decision is ask (or always, with `always_ask` saying
         why), store what "always" chose; returns the audit record, whose `action` is allow or
         deny once settled. A rejected question ends as deny with `reply: reject`."""
         decision, call = await self.decide(asker, tool, subjects, outside)
-        record = decision.to_dict() | {"at": now_ms(), "by": "code" if decision.rule is None else "rule"}
+        record: AuditRecord = {**decision.to_dict(), "at": now_ms(),
+                               "by": "code" if decision.rule is None else "rule"}
         if decision.action == "deny" or (decision.action == "allow" and not always_ask):
             return record
         if always_ask:

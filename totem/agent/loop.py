@@ -64,6 +64,8 @@ class _Run:
 class Runs:
     """The runs of every session of one Totem."""
 
+    calls: ToolCalls  # made after the gate, whose `kinds` reads it when called
+
     def __init__(self, store, hub, providers, registry, steps: int, config_rules=(), jobs=None,
                  scrubber=None, backoff_first_s: float = BACKOFF_FIRST_S):
         self.store = store

@@ -154,7 +154,8 @@ def _parse_error_body(body: bytes, content_type: str) -> _ErrorBody:
     error = data.get("error")
     if isinstance(error, dict):
         detail = str(error.get("message") or "")
-        metadata = error.get("metadata") if isinstance(error.get("metadata"), dict) else {}
+        found = error.get("metadata")
+        metadata: dict = found if isinstance(found, dict) else {}
         if isinstance(metadata.get("raw"), str) and metadata["raw"]:
             # OpenRouter: "Provider returned error" says nothing; the upstream text is in raw.
             upstream = metadata.get("provider_name")
@@ -258,15 +259,14 @@ def _retry_after(headers: Mapping[str, str], detail: str, now: float) -> float |
         hints.append(seconds)  # Mistral
     for bucket in ("requests", "tokens"):
         # Only an exhausted bucket says when we may go again; the other resets are noise.
-        if headers.get(f"x-ratelimit-remaining-{bucket}", "").strip() == "0":
-            if (seconds := _duration(headers.get(f"x-ratelimit-reset-{bucket}", ""))) is not None:
-                hints.append(seconds)
-    if headers.get("x-ratelimit-remaining", "").strip() == "0":
-        if (reset := _number(headers.get("x-ratelimit-reset"))) is not None:
-            hints.append(_reset_delay(reset, now))  # OpenRouter: epoch milliseconds
-    if match := _TRY_AGAIN_PATTERN.search(detail):
-        if (seconds := _duration(match.group(1))) is not None:
+        if (headers.get(f"x-ratelimit-remaining-{bucket}", "").strip() == "0"
+                and (seconds := _duration(headers.get(f"x-ratelimit-reset-{bucket}", ""))) is not None):
             hints.append(seconds)
+    if (headers.get("x-ratelimit-remaining", "").strip() == "0"
+            and (reset := _number(headers.get("x-ratelimit-reset"))) is not None):
+        hints.append(_reset_delay(reset, now))  # OpenRouter: epoch milliseconds
+    if (match := _TRY_AGAIN_PATTERN.search(detail)) and (seconds := _duration(match.group(1))) is not None:
+        hints.append(seconds)
     hints = [max(0.0, hint) for hint in hints]
     return max(hints) if hints else None
 

@@ -133,12 +133,12 @@ class Recorder:
 
     async def _flush_loop(self) -> None:
         while True:
-            pending = [open_part for open_part in self._open.values() if open_part.since is not None]
+            pending = [open_part.since for open_part in self._open.values() if open_part.since is not None]
             if not pending:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            due = min(open_part.since for open_part in pending) + self.flush_after_s
+            due = min(pending) + self.flush_after_s
             delay = due - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)

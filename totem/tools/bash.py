@@ -1,10 +1,11 @@
 """The bash tool: one shell command line in the project folder, through the runner.
 
-The line runs with `bash -c` (or `/bin/sh -c` where bash is missing: runner.shell_argv) in the project root, with the runner's minimal environment,
-timeout, output cap and process-group kill. Its output streams to the person through
-`ctx.emit` as it comes; the model gets the kept output and a last line with the exit code (or
-the timeout). A non-zero exit is a result, not an error: the model needs the output to fix
-what failed. Only a command that cannot start is a ToolError.
+The line runs with `bash -c` (or `/bin/sh -c` where bash is missing: runner.shell_argv) in the
+project root, with the runner's minimal environment, timeout, output cap and process-group
+kill. Its output streams to the person through `ctx.emit` as it comes; the model gets the kept
+output and a last line with the exit code (or the timeout). A non-zero exit is a result, not an
+error: the model needs the output to fix what failed. Only a command that cannot start is a
+ToolError.
 
 Must not: split the command line or judge it (permissions does, from the whole line that
 `subjects()` returns), run anywhere but the project root, or scrub secrets (the caller does).
@@ -14,8 +15,8 @@ from __future__ import annotations
 
 import signal
 
-from ..permissions import COMMAND, ToolKind
 from .. import runner
+from ..permissions import COMMAND, ToolKind
 from . import Tool, ToolContext, ToolError, ToolResult
 
 MAX_TIMEOUT_S = 600

@@ -16,8 +16,7 @@ from __future__ import annotations
 import asyncio
 
 from ..permissions import PATH, ToolKind
-from . import Tool, ToolContext, ToolError, ToolResult, cut_line, display_path
-from . import files
+from . import Tool, ToolContext, ToolError, ToolResult, cut_line, display_path, files
 
 # When `old` is not found, this many similar places are shown, each cut to this many lines.
 MAX_CANDIDATES = 3

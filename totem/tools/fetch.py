@@ -25,11 +25,12 @@ import re
 import socket
 import ssl
 import zlib
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from urllib.parse import quote, urljoin, urlsplit
 
-from ..permissions import HOST, ToolKind
 from .. import httpwire
+from ..permissions import HOST, ToolKind
 from . import Tool, ToolContext, ToolError, ToolResult
 from .html_text import body_text, codec_name
 
@@ -95,7 +96,8 @@ class FetchTool(Tool):
         return [parse_target(args["url"]).host]
 
     async def run(self, args: dict, ctx: ToolContext) -> ToolResult:
-        if ctx.permit is None:
+        permit = ctx.permit
+        if permit is None:
             raise ToolError("fetch runs only inside the agent loop (it needs the permission callback)")
         cap = int(args.get("max_bytes") or DEFAULT_MAX_BYTES)
         target = parse_target(args["url"])
@@ -108,14 +110,14 @@ class FetchTool(Tool):
             for address in addresses:
                 kind = address_kind(address)
                 if kind and (target.host, address) not in approved:
-                    await ctx.permit("fetch", target.host, {"url": target.url, "address": address},
-                                     always_ask=f"resolves to {address} ({kind})")
+                    await permit("fetch", target.host, {"url": target.url, "address": address},
+                                 always_ask=f"resolves to {address} ({kind})")
                     approved.add((target.host, address))
             exchange = await self._open(target, addresses, budget)
             location = exchange.headers.get("location", "").strip()
             if exchange.status in REDIRECT_STATUSES and location:
                 exchange.abort()  # before asking anyone: a person may take minutes
-                target = await _follow(ctx, target, exchange.status, location, redirects, decided)
+                target = await _follow(permit, target, exchange.status, location, redirects, decided)
                 continue
             page = await _read_page(exchange, budget, cap)
             break
@@ -315,17 +317,19 @@ async def _resolve(target: _Target, budget: _Budget) -> list[str]:
         raise ToolError(f"the host {target.host} could not be resolved ({reason})") from None
     addresses: list[str] = []
     for family, _type, _proto, _name, sockaddr in infos:
-        if family in (socket.AF_INET, socket.AF_INET6) and sockaddr[0] not in addresses:
-            addresses.append(sockaddr[0])
+        address = sockaddr[0]  # the host, a str for the two families kept
+        if family in (socket.AF_INET, socket.AF_INET6) and isinstance(address, str) and address not in addresses:
+            addresses.append(address)
     if not addresses:
         raise ToolError(f"the host {target.host} has no IPv4 or IPv6 address")
     return addresses[:MAX_ADDRESSES]
 
 
-async def _follow(ctx: ToolContext, target: _Target, status: int, location: str,
+async def _follow(permit: Callable[..., Awaitable[None]], target: _Target, status: int, location: str,
                   redirects: list[dict], decided: set[str]) -> _Target:
-    """The next hop of a redirect, its host decided when it is new. Raises ToolError past
-    MAX_REDIRECTS, for a location that is not an http(s) URL, or when the host is denied."""
+    """The next hop of a redirect, its host decided (through `permit`, ToolContext.permit) when it
+    is new. Raises ToolError past MAX_REDIRECTS, for a location that is not an http(s) URL, or
+    when the host is denied."""
     # Header bytes arrive as latin-1; a Location with raw UTF-8 in it means UTF-8.
     location = location.encode("latin-1").decode("utf-8", "replace")
     absolute = urljoin(target.url, location)
@@ -339,7 +343,7 @@ async def _follow(ctx: ToolContext, target: _Target, status: int, location: str,
         raise ToolError(f"{target.url} redirects ({status}) to {_shown(absolute)}, which is not "
                         f"followed: {exc}") from None
     if following.host not in decided:
-        await ctx.permit("fetch", following.host, {"url": following.url})
+        await permit("fetch", following.host, {"url": following.url})
         decided.add(following.host)
     return following
 

@@ -30,6 +30,7 @@ import re
 import secrets
 import stat
 from dataclasses import dataclass
+from typing import overload
 
 from .. import boundary
 from . import ToolContext, ToolError, display_path, resolve_path
@@ -320,6 +321,10 @@ def display_path_of(root: str, absolute: str) -> str:
     return boundary.relative_path(root, absolute) or "."
 
 
+@overload
+def _open_folder(root: str, folder: str, shown: str, create: list[str]) -> int: ...
+@overload
+def _open_folder(root: str, folder: str, shown: str, create: None) -> int | None: ...
 def _open_folder(root: str, folder: str, shown: str, create: list[str] | None) -> int | None:
     """A descriptor of `folder`, reached from `root` without following any link.
 

@@ -24,10 +24,9 @@ import threading
 import time
 import warnings
 
-from ..permissions import PATH, ToolKind
 from .. import boundary
-from . import (SKIPPED_FOLDERS, Tool, ToolContext, ToolError, ToolResult, display_path,
-               in_skipped_folder, resolve_path)
+from ..permissions import PATH, ToolKind
+from . import SKIPPED_FOLDERS, Tool, ToolContext, ToolError, ToolResult, display_path, in_skipped_folder, resolve_path
 
 MAX_RESULTS = 200
 MAX_PATTERN_CHARS = 1000
@@ -158,8 +157,8 @@ def _find(root: str, start: str, start_relative: str, pattern: str, matcher: re.
     while pending:
         folder, relative = pending.pop()
         try:
-            with os.scandir(folder) as entries:
-                entries = list(entries)
+            with os.scandir(folder) as scan:
+                entries = list(scan)
         except OSError:
             continue
         for entry in entries:

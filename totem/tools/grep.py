@@ -48,8 +48,17 @@ from dataclasses import dataclass, field
 
 from .. import boundary, runner
 from ..permissions import PATH, ToolKind
-from . import (SKIPPED_FOLDERS, Tool, ToolContext, ToolError, ToolResult, cut_line, display_path,
-               in_skipped_folder, resolve_path)
+from . import (
+    SKIPPED_FOLDERS,
+    Tool,
+    ToolContext,
+    ToolError,
+    ToolResult,
+    cut_line,
+    display_path,
+    in_skipped_folder,
+    resolve_path,
+)
 from .glob import compile_glob
 
 MAX_MATCHES_SHOWN = 200

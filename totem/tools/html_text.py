@@ -233,9 +233,7 @@ class _Converter(HTMLParser):
                 del self._lists[len(self._lists) - 1 - self._lists[::-1].index(tag):]
         elif tag in CELL_TAGS:
             self._end_cell()
-        elif tag == "tr":
-            self._end_row()
-        elif tag == "table":
+        elif tag in ("tr", "table"):
             self._end_row()
         elif tag == "a":
             self._end_link()

@@ -30,8 +30,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..permissions import PATH, ToolKind
-from . import Tool, ToolContext, ToolError, ToolResult, cut_line, display_path
-from . import files
+from . import Tool, ToolContext, ToolError, ToolResult, cut_line, display_path, files
 
 _HUNK_HEADER = re.compile(r"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)")
 # "@@" or "@@ def f():" without line numbers (a malformed "@@ -..." is an error instead).
@@ -198,6 +197,8 @@ def _parse_hunk(lines: list[str], index: int, name: str) -> tuple[Hunk, int]:
     """The hunk whose header is at `index`, and the index of the first line after it."""
     header = lines[index]
     match = _HUNK_HEADER.fullmatch(header)
+    old_left: float  # lines of each side still to come: infinite for a bare "@@"
+    new_left: float
     if match:
         old_start, old_count = int(match[1]), int(match[2] if match[2] is not None else 1)
         new_count = int(match[4] if match[4] is not None else 1)
@@ -347,7 +348,7 @@ def _finish(section: Section) -> None:
     where = f"line {section.line} of the patch"
     if renamed and (section.rename_from is None or section.rename_to is None):
         raise ToolError(f"{where}: a rename needs both 'rename from' and 'rename to'")
-    if renamed and not section.headers:
+    if section.rename_from is not None and section.rename_to is not None and not section.headers:
         # The names of the rename lines have no a/ and b/; --- and +++ lines, when present, do.
         section.old, section.new = "a/" + section.rename_from, "b/" + section.rename_to
     if section.git and section.new_file_mode is not None:
@@ -396,7 +397,7 @@ def _apply(ctx: ToolContext, text: str) -> ToolResult:
     report: list[dict] = []
     seen: dict[str, str] = {}
     for section in sections:
-        targets = {}
+        targets: dict[str, tuple[str, str]] = {}
         for path in section.paths():
             absolute = files.resolve_target(ctx, path)
             shown = display_path(ctx, absolute)
@@ -420,9 +421,11 @@ def _apply(ctx: ToolContext, text: str) -> ToolResult:
                       data={"files": report})
 
 
-def _plan(ctx: ToolContext, section: Section, targets: dict, writes: list[_Write],
-          deletes: list[_Delete]) -> dict:
-    """Read and change one section's file in memory; queue its writes and deletes."""
+def _plan(ctx: ToolContext, section: Section, targets: dict[str, tuple[str, str]],
+          writes: list[_Write], deletes: list[_Delete]) -> dict:
+    """Read and change one section's file in memory; queue its writes and deletes.
+
+    `targets` holds the (absolute, shown) name of each path of the section."""
     change = section.change
     source = targets[section.old] if section.old is not None else None
     dest = targets[section.new] if section.new is not None else None
@@ -431,16 +434,19 @@ def _plan(ctx: ToolContext, section: Section, targets: dict, writes: list[_Write
         raise ToolError(f"cannot {'delete' if change == 'deleted' else 'change'} {source[1]}: it "
                         "does not exist. Nothing was written")
     if change in ("added", "renamed"):
+        assert dest is not None  # both name a new file
         if files.read_existing(ctx.root, *dest) is not None:
             raise ToolError(f"cannot {'add' if change == 'added' else 'rename to'} {dest[1]}: it "
                             "exists already. Nothing was written")
         files.check_parent(ctx.root, *dest)
     added = sum(line.kind == "+" for hunk in section.hunks for line in hunk.lines)
     removed = sum(line.kind == "-" for hunk in section.hunks for line in hunk.lines)
-    name = (dest or source)[1]
+    target = dest or source
+    assert target is not None  # _finish refuses a section that names no file
+    name = target[1]
     result = None
     if section.hunks:
-        text = files.decode_text(original.data, source[1]) if original else \
+        text = files.decode_text(original.data, source[1]) if source and original else \
             files.Text("", False, "\n")
         result = _apply_hunks(text.text, text.newline, section.hunks, name)
         data = text.encode(result)
@@ -449,6 +455,8 @@ def _plan(ctx: ToolContext, section: Section, targets: dict, writes: list[_Write
         data = original.data if original else b""
     entry = {"path": name, "change": change, "added": added, "removed": removed}
     if change == "deleted":
+        # Only the old name, whose file was read above.
+        assert section.old is not None and source is not None and original is not None
         if result:
             raise ToolError(f"the patch deletes {source[1]} but its hunks leave "
                             f"{files.count_lines(result)} lines in it. Nothing was written")
@@ -462,9 +470,11 @@ def _plan(ctx: ToolContext, section: Section, targets: dict, writes: list[_Write
         if section.new_mode is not None:
             mode = _executable(mode, section.new_mode & 0o111 != 0)
     new_mode = section.new_file_mode if section.new_file_mode is not None else files.NEW_FILE_MODE
+    assert section.new is not None and dest is not None  # every change but a delete has a new name
     writes.append(_Write(section.new, *dest, data, None if change == "renamed" else original,
                          mode, new_mode))
     if change == "renamed":
+        assert section.old is not None and source is not None and original is not None  # read above
         entry["from"] = source[1]
         deletes.append(_Delete(section.old, *source, original))
     return entry
@@ -520,7 +530,7 @@ def _apply_hunks(text: str, newline: str, hunks: list[Hunk], name: str) -> str:
     for index in range(len(out) - 1):
         if not out_ends[index]:
             out_ends[index] = newline
-    return "".join(line + end for line, end in zip(out, out_ends))
+    return "".join(line + end for line, end in zip(out, out_ends, strict=True))
 
 
 def _split(text: str) -> tuple[list[str], list[str]]:
@@ -605,8 +615,9 @@ def _write_all(ctx: ToolContext, writes: list[_Write], deletes: list[_Delete]) -
     temps = {id(step): files.new_temp_name() for step in writes}
     files.journal(ctx, [files.change_entry(step.shown, step.data, temps[id(step)]) for step in writes]
                   + [files.change_entry(step.shown, None) for step in deletes])
+    steps: list[_Write | _Delete] = [*writes, *deletes]
     try:
-        for step in [*writes, *deletes]:
+        for step in steps:
             if files.resolve_target(ctx, step.path) != step.absolute:
                 raise ToolError(f"{step.shown} changed (a link was swapped in?) while the patch "
                                 "was being applied")

@@ -53,11 +53,9 @@ def validate(schema: dict, value, where: str = "") -> list[str]:
     if not _has_type(value, schema["type"]):
         return [f"{name}: must be {describe(schema)}"]
     problems: list[str] = []
-    if "enum" in schema and value not in schema["enum"]:
-        problems.append(f"{name}: must be {describe(schema)}")
-    elif schema["type"] in ("integer", "number") and not _in_range(value, schema):
-        problems.append(f"{name}: must be {describe(schema)}")
-    elif schema["type"] == "string" and not _in_length(value, schema):
+    if (("enum" in schema and value not in schema["enum"])
+            or (schema["type"] in ("integer", "number") and not _in_range(value, schema))
+            or (schema["type"] == "string" and not _in_length(value, schema))):
         problems.append(f"{name}: must be {describe(schema)}")
     if schema["type"] == "object":
         problems.extend(_validate_object(schema, value, where))

@@ -13,8 +13,7 @@ from __future__ import annotations
 import asyncio
 
 from ..permissions import PATH, ToolKind
-from . import Tool, ToolContext, ToolError, ToolResult, display_path
-from . import files
+from . import Tool, ToolContext, ToolError, ToolResult, display_path, files
 
 
 class WriteTool(Tool):
