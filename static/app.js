@@ -16,14 +16,16 @@ import { ProvidersDialog, RulesDialog } from '/settings.js';
 import { enableCopyButtons } from '/markdown.js';
 
 const MESSAGE_PAGE = 200;
+const SESSION_PAGE = 100;
 const GIT_REFRESH_MS = 600;
 const LAST_PROJECT_KEY = 'totem.project';
 
 // held: while the shown session's stored state is read, {sessionid, events} that came meanwhile.
 // hearing: maps (sessionid -> status) that collect the statuses announced while a snapshot is read.
+// sessionsMore: Sessions|list has a page after the one read last, which ended at sessionsCursor.
 const state = {
   projects: [], project: null, sessions: [], session: null, catalog: { providers: [], models: [] },
-  held: null, hearing: new Set(),
+  held: null, hearing: new Set(), sessionsMore: false, sessionsCursor: null,
 };
 let gitTimer = 0;
 
@@ -46,6 +48,7 @@ function paintProjects() {
 function paintSessions() {
   renderSessions(state.sessions, state.session, questions, {
     onSelect: (s) => selectSession(s), onRename: rename, onRemove: removeSession,
+    more: state.sessionsMore, onMore: loadMoreSessions,
   });
 }
 
@@ -106,10 +109,11 @@ async function selectProject(project, sessionid) {
   state.session = null;
   paintProjects();
   try {
-    state.sessions = await readSessions(project.id);
+    await readFirstSessions(project.id, sessionid);
   } catch (error) {
     toast(error.message);
     state.sessions = [];
+    state.sessionsMore = false;
   }
   for (const session of state.sessions) socket.subscribe(session.id);
   const session = state.sessions.find((s) => s.id === sessionid) ?? state.sessions[0];
@@ -130,10 +134,46 @@ async function hearingStatuses(read) {
   }
 }
 
-async function readSessions(projectid) {
-  const { value: sessions, heard } = await hearingStatuses(() => api('sessions', { query: { projectid } }));
-  for (const session of sessions) if (heard.has(session.id)) session.status = heard.get(session.id);
-  return sessions;
+// One page of Sessions|list ({sessions, more}), newest first, after the session `before`.
+async function readSessions(projectid, before) {
+  const query = { projectid, limit: SESSION_PAGE, ...(before ? { before } : {}) };
+  const { value: page, heard } = await hearingStatuses(() => api('sessions', { query }));
+  for (const session of page.sessions) if (heard.has(session.id)) session.status = heard.get(session.id);
+  return page;
+}
+
+// The first page of sessions as the list; a session that `keep` names and that is further down
+// (the one in the address, or the one shown) is read on its own and added at the end.
+async function readFirstSessions(projectid, keep) {
+  const page = await readSessions(projectid);
+  state.sessions = page.sessions;
+  state.sessionsMore = page.more;
+  state.sessionsCursor = page.sessions.length ? page.sessions[page.sessions.length - 1].id : null;
+  if (keep && page.more && !state.sessions.some((s) => s.id === keep)) {
+    const session = await api('sessions_read', { id: keep }).catch(() => null);
+    if (session && session.projectid === projectid) state.sessions.push(session);
+  }
+}
+
+async function loadMoreSessions() {
+  const { project, sessionsCursor } = state;
+  if (!project || !sessionsCursor) return;
+  let page;
+  try {
+    page = await readSessions(project.id, sessionsCursor);
+  } catch (error) {
+    toast(error.message);
+    return;
+  }
+  if (state.project?.id !== project.id || state.sessionsCursor !== sessionsCursor) return;
+  for (const session of page.sessions) {
+    if (state.sessions.some((s) => s.id === session.id)) continue;
+    state.sessions.push(session);
+    socket.subscribe(session.id);
+  }
+  state.sessionsMore = page.more;
+  if (page.sessions.length) state.sessionsCursor = page.sessions[page.sessions.length - 1].id;
+  paintSessions();
 }
 
 function showEmptySession() {
@@ -265,6 +305,7 @@ async function forget(project) {
     questions.forget();
     state.project = null;
     state.sessions = [];
+    state.sessionsMore = false;
     showEmptySession();
   }
   paintProjects();
@@ -386,11 +427,12 @@ async function resync(reconnected) {
       socket.unsubscribeAll();
       state.project = null;
       state.sessions = [];
+      state.sessionsMore = false;
       showEmptySession();
       paintProjects();
       return;
     }
-    state.sessions = await readSessions(state.project.id);
+    await readFirstSessions(state.project.id, state.session?.id);
     for (const id of [...socket.subscriptions]) if (!state.sessions.some((s) => s.id === id)) socket.unsubscribe(id);
     for (const session of state.sessions) socket.subscribe(session.id);
     const fresh = state.sessions.find((s) => s.id === state.session?.id);

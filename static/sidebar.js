@@ -14,7 +14,8 @@ export function renderProjects(projects, current, { onSelect, onForget }) {
   if (!projects.length) byId('projects').append(h('li', { className: 'empty' }, 'No project yet'));
 }
 
-export function renderSessions(sessions, current, questions, { onSelect, onRename, onRemove }) {
+// `more`: Sessions|list has older sessions; the last row reads them with onMore.
+export function renderSessions(sessions, current, questions, { onSelect, onRename, onRemove, more, onMore }) {
   byId('sessions').replaceChildren(...sessions.map((session) => {
     const waiting = questions.count(session.id);
     const name = h('span', { className: 'name' }, session.name);
@@ -33,6 +34,10 @@ export function renderSessions(sessions, current, questions, { onSelect, onRenam
     return item;
   }));
   if (!sessions.length) byId('sessions').append(h('li', { className: 'empty' }, 'No session yet'));
+  if (more) {
+    byId('sessions').append(h('li', { className: 'more', dataset: { more: 'true' }, ...pressable(onMore) },
+      h('span', { className: 'name' }, 'Older sessions…')));
+  }
 }
 
 function startRename(nameElement, session, onRename) {

@@ -314,7 +314,8 @@ class SessionsTest(TotemCase):
         read = (await call(self.app, "sessions_read", ident=first["id"])).json()
         self.assertEqual(read, first)
         listed = (await call(self.app, "sessions", query=f"projectid={self.project['id']}")).json()
-        self.assertEqual([s["id"] for s in listed], [second["id"], first["id"]])
+        self.assertEqual([s["id"] for s in listed["sessions"]], [second["id"], first["id"]])
+        self.assertIs(listed["more"], False)
 
     async def test_sessions_ids_sort_by_time(self):
         """Session ids sort in creation order."""

@@ -193,7 +193,7 @@ class CrashTest(ProcessCase):
         for projectid in listed:
             answer = await call(second, "sessions", query=f"projectid={projectid}")
             self.assertEqual(answer.status, 200, answer.body)
-            found.update((projectid, session["id"]) for session in answer.json())
+            found.update((projectid, session["id"]) for session in answer.json()["sessions"])
         self.assertLessEqual(sessions, found)
         self.assertEqual(await second.terminate(), 0)
         self.assertNotIn("Traceback", second.output()[1])
@@ -211,15 +211,14 @@ class CrashTest(ProcessCase):
         sessionid = answer.json()["id"]
         first.kill()
         # What a run streaming at the moment of the kill leaves behind.
-        with contextlib.closing(sqlite3.connect(os.path.join(self.data, DATABASE_FILE))) as conn:
-            with conn:
-                stamp = int(time.time() * 1000)
-                conn.execute("UPDATE sessions SET status = 'running' WHERE id = ?", (sessionid,))
-                conn.execute("INSERT INTO messages (id, sessionid, role, created) VALUES ('m1', ?, 'assistant', ?)",
-                             (sessionid, stamp))
-                conn.execute("INSERT INTO parts (id, messageid, sessionid, kind, status, text, created, updated)"
-                             " VALUES ('p1', 'm1', ?, 'text', 'running', 'half a sen', ?, ?)",
-                             (sessionid, stamp, stamp))
+        with contextlib.closing(sqlite3.connect(os.path.join(self.data, DATABASE_FILE))) as conn, conn:
+            stamp = int(time.time() * 1000)
+            conn.execute("UPDATE sessions SET status = 'running' WHERE id = ?", (sessionid,))
+            conn.execute("INSERT INTO messages (id, sessionid, role, created) VALUES ('m1', ?, 'assistant', ?)",
+                         (sessionid, stamp))
+            conn.execute("INSERT INTO parts (id, messageid, sessionid, kind, status, text, created, updated)"
+                         " VALUES ('p1', 'm1', ?, 'text', 'running', 'half a sen', ?, ?)",
+                         (sessionid, stamp, stamp))
 
         second = await self.start("second")
         answer = await call(second, "sessions_read", ident=sessionid)
@@ -240,7 +239,7 @@ class StartRefusalTest(ProcessCase):
         # The processes run side by side: each start costs an interpreter.
         lines = await asyncio.gather(*(self.refused(f"bad{number}", **{key: value})
                                        for number, (key, value) in enumerate(cases)))
-        for (key, value), line in zip(cases, lines):
+        for (key, value), line in zip(cases, lines, strict=True):
             with self.subTest(key=key, value=value):
                 self.assertIn(f"'{key}'", line)
                 self.assertIn(value, line)

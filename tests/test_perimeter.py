@@ -16,7 +16,7 @@ import unittest
 from websockets.exceptions import InvalidStatus
 
 from tests.utils import MS, TOKEN, TotemCase, call, open_ws, read_answer, request
-from totem.app import App, STATIC_DIR
+from totem.app import STATIC_DIR, App
 from totem.config import parse_values
 
 SECRET_MARKER = "TOTEM-SECRET-MARKER-do-not-serve"
@@ -326,7 +326,7 @@ class NoTokenTest(Case):
         project = await self.open_project()
         session = await self.create_session(project["id"])
         answer = await call(self.app, "sessions", query=f"projectid={project['id']}")
-        self.assertEqual([item["id"] for item in answer.json()], [session["id"]])
+        self.assertEqual([item["id"] for item in answer.json()["sessions"]], [session["id"]])
         answer = await call(self.app, "folders")
         self.assertEqual(answer.status, 200, answer.body)
         async with await open_ws(self.app) as ws:

@@ -141,7 +141,7 @@ class SessionRemovalTest(ServicesCase):
         for table in ("messages", "parts", "attachments", "todos"):
             self.assertEqual(await self.app.store.count_rows(table, "sessionid", sid), 0, table)
         listed = await self.services.sessions.list(self.project["id"])
-        self.assertEqual([s["id"] for s in listed], [other["id"]])
+        self.assertEqual([s["id"] for s in listed["sessions"]], [other["id"]])
         self.assertEqual(len((await self.services.sessions.messages(other["id"], None, 100))["messages"]), 2)
 
     async def test_remove_running_session_aborts_and_rejects_permission(self):
@@ -283,7 +283,8 @@ class ProjectRemovalTest(ServicesCase):
             self.assertEqual(await self.app.store.count_rows("parts", "sessionid", sid), 0)
         self.assertEqual(await self.app.store.list_rules(self.project["id"]), [])
         self.assertEqual([p["id"] for p in await self.services.projects.list()], [other["id"]])
-        self.assertEqual([s["id"] for s in await self.services.sessions.list(other["id"])], [kept["id"]])
+        self.assertEqual([s["id"] for s in (await self.services.sessions.list(other["id"]))["sessions"]],
+                         [kept["id"]])
         self.assertTrue(os.path.isfile(os.path.join(self.root, ".env")))
         with self.assertRaises(NotFound):
             await self.services.projects.remove(self.project["id"])

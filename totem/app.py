@@ -64,7 +64,8 @@ class App:
         self.services = Services(sessions=sessions, projects=Projects(self.store, sessions),
                                  providers=provider_service)
         self.router = Router(self, static_dir)
-        self.http = HttpServer(self.router.handle, config.headtimeout, config.bodytimeout, config.keepalive)
+        self.http = HttpServer(self.router.handle, config.headtimeout, config.bodytimeout, config.keepalive,
+                               config.writetimeout)
 
     # -- events.Replay: what the hub asks when a connection subscribes to a session -----------
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 import configparser
 import ipaddress
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, fields
+from typing import Any
 from urllib.parse import urlsplit
 
 SECTION = "totem"
@@ -93,7 +95,7 @@ def _parse_proxy(text: str) -> str:
 @dataclass(frozen=True)
 class Key:
     name: str
-    parse: object
+    parse: Callable[[str], Any]  # the text of the key to its value; ValueError says what it must be
     default: str
 
 
@@ -115,6 +117,7 @@ KEYS = (
     Key("headtimeout", _int_range(1, 300), "10"),
     Key("bodytimeout", _int_range(1, 3600), "60"),
     Key("keepalive", _int_range(1, 3600), "30"),
+    Key("writetimeout", _int_range(1, 3600), "30"),
     Key("failures", _int_range(1, 1000), "10"),
     Key("blockminutes", _int_range(1, 1440), "5"),
     Key("wsqueue", _int_range(16, 1_000_000), "4096"),
@@ -144,6 +147,7 @@ class Config:
     headtimeout: int
     bodytimeout: int
     keepalive: int
+    writetimeout: int
     failures: int
     blockminutes: int
     wsqueue: int
@@ -152,7 +156,7 @@ class Config:
     steps: int
     rules: tuple = ()  # global permission rules of [rules]: (tool, pattern, action)
 
-    def replace(self, **changes) -> "Config":
+    def replace(self, **changes) -> Config:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         values.update(changes)
         return Config(**values)

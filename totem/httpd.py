@@ -6,15 +6,25 @@ answer carries, and serves files from `static/` without a way out of that folder
 nothing of authentication, actions or the database: a handler given to `HttpServer` decides what
 each request gets. A handler may take over the connection (the WebSocket upgrade) by returning
 None.
+
+Memory stays bounded against any client (issue 11): a big JSON body is decoded off the loop, an
+answer is written in pieces with a write timeout (a client that stops reading is cut off and its
+buffered bytes dropped), and after a large body or answer the freed memory is handed back to the
+operating system where the C library allows it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import codecs
+import ctypes
+import functools
 import json
 import logging
 import mimetypes
 import os
+import re
+import secrets
 import time
 from dataclasses import dataclass, field
 from email.utils import formatdate
@@ -31,6 +41,20 @@ MAX_HEADERS = 100
 MAX_BODY_BYTES = 20 * 1024 * 1024
 MAX_QUERY_FIELDS = 100
 READ_CHUNK_BYTES = 64 * 1024
+WRITE_TIMEOUT_SECONDS = 30  # the default of the config key writetimeout
+# An answer is handed to the transport in pieces this big, each waiting for the client to take
+# the one before: the transport buffers at most one piece over its high-water mark.
+WRITE_CHUNK_BYTES = 256 * 1024
+# A JSON body above this size is decoded on a worker thread (a 20 MB prompt stalled the loop),
+# its strings of LONG_STRING_BYTES or more DECODE_STEP_BYTES at a time, when at most
+# MAX_SCANNED_STRINGS strings and escapes are met and at most MAX_SKELETON_BYTES are left.
+THREAD_DECODE_BYTES = 1024 * 1024
+LONG_STRING_BYTES = 64 * 1024
+DECODE_STEP_BYTES = 1024 * 1024
+MAX_SCANNED_STRINGS = 20_000
+MAX_SKELETON_BYTES = 2 * 1024 * 1024
+# After a body or an answer of this size the freed memory is given back (malloc_trim).
+TRIM_AFTER_BYTES = 1024 * 1024
 # The only type of a request body (DESIGN.md: `+` actions take a JSON body). Requiring it also
 # means a cross-origin form (text/plain, form-urlencoded) never reaches an action's parser.
 JSON_MEDIA_TYPE = "application/json"
@@ -87,8 +111,8 @@ class Request:
     version: str
     content_length: int = 0
     raw_head: bytes = field(default=b"", repr=False)
-    _connection: "_Connection | None" = field(default=None, repr=False)
-    _body: bytes | None = field(default=None, repr=False)
+    _connection: _Connection | None = field(default=None, repr=False)
+    _body: bytes | bytearray | None = field(default=None, repr=False)
 
     def header(self, name: str) -> str | None:
         """The value of a header (case-insensitive), or None."""
@@ -98,8 +122,8 @@ class Request:
                 return value
         return None
 
-    async def read_body(self) -> bytes:
-        """Read the whole body within the body time limit.
+    async def read_body(self) -> bytes | bytearray:
+        """Read the whole body within the body time limit (a bytearray once read).
 
         Raises HttpError(408) when the client is too slow.
         """
@@ -122,7 +146,9 @@ class Request:
         if not body:
             raise BadRequest(("body", "a JSON object is required"))
         try:
-            return json.loads(body, object_pairs_hook=_unique_keys)
+            if len(body) > THREAD_DECODE_BYTES:
+                return await asyncio.to_thread(decode_json, body)
+            return decode_json(body)
         except DuplicateKeyError as exc:
             raise BadRequest(("body", f"duplicate key {_quoted(exc.key)}")) from None
         except (ValueError, RecursionError) as exc:
@@ -139,6 +165,8 @@ class Request:
     def detach(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bytes]:
         """Take the connection over (a WebSocket): its streams and the bytes already read."""
         connection = self._connection
+        if connection is None:
+            raise RuntimeError("this request has no connection to take over")
         leftover = bytes(connection.buffer)
         connection.buffer.clear()
         return connection.reader, connection.writer, leftover
@@ -154,6 +182,112 @@ class DuplicateKeyError(ValueError):
     def __init__(self, key: str):
         super().__init__(key)
         self.key = key
+
+
+def decode_json(body: bytes | bytearray):
+    """Parse a JSON body, refusing an object that names a key twice.
+
+    A body above THREAD_DECODE_BYTES whose bulk is long strings (base64 attachments) has those
+    strings decoded in steps (`_decode_long_strings`), with the same result and the same errors
+    as one json.loads, which would hold the interpreter for the whole scan.
+
+    Raises DuplicateKeyError, ValueError (malformed, not UTF-8, a number too long) and
+    RecursionError (nested too deeply)."""
+    if len(body) > THREAD_DECODE_BYTES:
+        value = _decode_long_strings(body)
+        if value is not _NOT_SPLIT:
+            return value
+    return json.loads(body, object_pairs_hook=_unique_keys)
+
+
+_NOT_SPLIT = object()
+_CONTROL_BYTES = bytes(range(0x20))  # not allowed raw in a JSON string (RFC 8259 section 7)
+_JSON_SPACE = re.compile(rb"[ \t\n\r]*")
+# What json.loads would decode as UTF-16 or UTF-32 (a BOM, or a zero byte among the first two).
+_OTHER_ENCODINGS = (codecs.BOM_UTF8, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
+
+
+def _decode_long_strings(body: bytes | bytearray, long_bytes: int = LONG_STRING_BYTES, step: int = DECODE_STEP_BYTES):
+    """json.loads of a body with long string values, each decoded `step` bytes at a time, so
+    that no single call holds the interpreter for long; _NOT_SPLIT when the body is not of that
+    kind (or not UTF-8, or has a problem in a long string), for json.loads to decode or refuse.
+
+    The strings are found by their quotes: outside a string every quote opens one, inside a
+    backslash escapes the next byte. A long string value without escapes or control characters
+    is replaced by a placeholder that no body can guess; what is left (the skeleton) is small,
+    and json.loads of it meets the same tokens, so the same first error, as json.loads of all."""
+    if body.startswith(_OTHER_ENCODINGS) or body[:1] == b"\x00" or body[1:2] == b"\x00":
+        return _NOT_SPLIT
+    spans: list[tuple[int, int]] = []
+    scanned = 0
+    pos = 0
+    while (start := body.find(b'"', pos)) >= 0:
+        cursor, end, escaped = start + 1, body.find(b'"', start + 1), False
+        while end >= 0:
+            scanned += 1
+            if scanned > MAX_SCANNED_STRINGS:
+                return _NOT_SPLIT
+            backslash = body.find(b"\\", cursor, end)
+            if backslash < 0:
+                break
+            escaped, cursor = True, backslash + 2
+            if cursor > end:
+                end = body.find(b'"', cursor)
+        if end < 0:
+            return _NOT_SPLIT
+        # Only values: a key stays in the skeleton, where a key given twice is still caught.
+        space = _JSON_SPACE.match(body, end + 1)
+        after = space.end() if space else end + 1
+        if not escaped and end - start - 1 >= long_bytes and body[after:after + 1] != b":":
+            spans.append((start + 1, end))
+        pos = end + 1
+    skeleton_bytes = len(body) - sum(end - start for start, end in spans)
+    if not spans or skeleton_bytes > MAX_SKELETON_BYTES:
+        return _NOT_SPLIT
+    strings = [_decode_span(body, start, end, step) for start, end in spans]
+    if any(text is None for text in strings):
+        return _NOT_SPLIT
+    marker = "\x00" + secrets.token_hex(16) + ":"
+    pieces, previous = [], 0
+    for index, (start, end) in enumerate(spans):
+        pieces += [body[previous:start], b"\\u0000", marker[1:].encode(), str(index).encode()]
+        previous = end
+    pieces.append(body[previous:])
+    value = json.loads(b"".join(pieces), object_pairs_hook=_unique_keys)
+    found = {f"{marker}{index}": text for index, text in enumerate(strings)}
+    if isinstance(value, str):
+        return found.get(value, value)
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for key, item in items:
+            if isinstance(item, str):
+                if item in found:
+                    node[key] = found[item]
+            elif isinstance(item, (dict, list)):
+                stack.append(item)
+    return value
+
+
+def _decode_span(body: bytes | bytearray, start: int, end: int, step: int) -> str | None:
+    """The text of body[start:end] as json.loads would decode it (UTF-8, surrogates allowed),
+    `step` bytes at a time; None when it holds a control character or is not UTF-8."""
+    decoder = codecs.getincrementaldecoder("utf-8")("surrogatepass")
+    # Grown in place (CPython resizes a string that nothing else holds), so that the pages of a
+    # large text are touched a step at a time: a join would fault them all in at once (15 MB in
+    # 11 ms).
+    text = ""
+    for offset in range(start, end, step):
+        chunk = body[offset:min(offset + step, end)]
+        if len(chunk.translate(None, _CONTROL_BYTES)) != len(chunk):
+            return None
+        try:
+            text += decoder.decode(chunk, offset + step >= end)
+        except UnicodeDecodeError:
+            return None
+        time.sleep(0)  # hand the interpreter to the event loop if it waits for it
+    return text
 
 
 def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
@@ -193,35 +327,87 @@ def check_json_type(headers: list[tuple[str, str]]) -> None:
 
 @dataclass
 class Response:
-    """An answer: status, headers and a body held in memory."""
+    """An answer: status, headers and a body held in memory, as bytes or as a list of pieces
+    (a large answer encoded piece by piece, written without joining them)."""
 
     status: int
-    body: bytes = b""
+    body: bytes | list[bytes] = b""
     content_type: str | None = None
     headers: list[tuple[str, str]] = field(default_factory=list)
     close: bool = False
 
+    @property
+    def length(self) -> int:
+        """The length of the body in bytes."""
+        if isinstance(self.body, (bytes, bytearray, memoryview)):
+            return len(self.body)
+        return sum(len(piece) for piece in self.body)
 
-def json_response(data, status: int = 200, headers: list[tuple[str, str]] | None = None) -> Response:
-    """A JSON answer."""
+    def pieces(self) -> list[bytes]:
+        return [self.body] if isinstance(self.body, (bytes, bytearray, memoryview)) else self.body
+
+
+JSON_CONTENT_TYPE = "application/json; charset=utf-8"
+
+
+def encode_json(data) -> bytes:
+    """Data as compact UTF-8 JSON; the one encoding of every JSON answer."""
     text = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
     try:
-        body = text.encode()
+        return text.encode()
     except UnicodeEncodeError:
         # A lone surrogate (a file name that is not UTF-8, decoded with surrogateescape) cannot be
         # UTF-8: escape it as \udcxx, which JSON allows and which round-trips to the same bytes.
-        body = json.dumps(data, separators=(",", ":")).encode()
-    return Response(status, body, "application/json; charset=utf-8", list(headers or []))
+        return json.dumps(data, separators=(",", ":")).encode()
+
+
+def encode_json_pieces(data, depth: int) -> list[bytes]:
+    """The bytes of `encode_json(data)` as a list of pieces: objects and lists down to `depth`
+    levels are split into their members, each encoded on its own. Run on a worker thread, this
+    lets the event loop take the interpreter between pieces, and no piece is bigger than the
+    largest member (no whole copy of the answer is ever joined)."""
+    out: list[bytes] = []
+    _encode_into(data, depth, out)
+    return out
+
+
+def _encode_into(data, depth: int, out: list[bytes]) -> None:
+    if depth > 0 and isinstance(data, dict) and all(isinstance(key, str) for key in data):
+        out.append(b"{")
+        for index, (key, value) in enumerate(data.items()):
+            out.append((b"," if index else b"") + encode_json(key) + b":")
+            _encode_into(value, depth - 1, out)
+        out.append(b"}")
+    elif depth > 0 and isinstance(data, (list, tuple)):
+        out.append(b"[")
+        for index, item in enumerate(data):
+            if index:
+                out.append(b",")
+            _encode_into(item, depth - 1, out)
+        out.append(b"]")
+    else:
+        out.append(encode_json(data))
+
+
+def json_response(data, status: int = 200, headers: list[tuple[str, str]] | None = None) -> Response:
+    """A JSON answer."""
+    return Response(status, encode_json(data), JSON_CONTENT_TYPE, list(headers or []))
+
+
+async def large_json_response(data, depth: int) -> Response:
+    """A JSON answer that may be large (a page of messages): encoded once, in pieces
+    (`encode_json_pieces`), on a worker thread."""
+    pieces = await asyncio.to_thread(encode_json_pieces, data, depth)
+    return Response(200, pieces, JSON_CONTENT_TYPE)
 
 
 def error_response(exc: ApiError) -> Response:
     """The answer to an ApiError, in the one error shape."""
-    return Response(exc.status, error_body(exc.errors), "application/json; charset=utf-8",
-                    list(exc.headers.items()))
+    return Response(exc.status, error_body(exc.errors), JSON_CONTENT_TYPE, list(exc.headers.items()))
 
 
 def plain_error(status: int, reason: str) -> Response:
-    return Response(status, error_body([("", reason)]), "application/json; charset=utf-8", close=True)
+    return Response(status, error_body([("", reason)]), JSON_CONTENT_TYPE, close=True)
 
 
 class _Connection:
@@ -252,7 +438,7 @@ class _Connection:
             try:
                 if not await self._fill(self.idle_timeout):
                     return None
-            except (asyncio.TimeoutError, ConnectionError):
+            except (TimeoutError, ConnectionError):
                 return None
         deadline = time.monotonic() + self.head_timeout
         while True:
@@ -269,7 +455,7 @@ class _Connection:
             try:
                 if not await self._fill(remaining):
                     return None
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 raise HttpError(408, "the request head took too long") from None
             except ConnectionError:
                 return None
@@ -281,17 +467,20 @@ class _Connection:
         if len(data) > MAX_HEAD_BYTES:
             raise HttpError(431, f"the request headers are larger than {MAX_HEAD_BYTES} bytes")
 
-    async def read_exact(self, size: int) -> bytes:
+    async def read_exact(self, size: int) -> bytearray:
         deadline = time.monotonic() + self.body_timeout
         while len(self.buffer) < size:
             remaining = deadline - time.monotonic()
             try:
                 if remaining <= 0 or not await self._fill(remaining):
                     raise HttpError(408, "the request body took too long or was cut short")
-            except (asyncio.TimeoutError, ConnectionError):
+            except (TimeoutError, ConnectionError):
                 raise HttpError(408, "the request body took too long or was cut short") from None
-        data = bytes(self.buffer[:size])
-        del self.buffer[:size]
+        # The buffer itself is the body, without a copy (a copy of 20 MB faults in 20 MB of new
+        # pages at once); what follows it, if anything, goes to a new buffer.
+        data = self.buffer
+        self.buffer = data[size:]
+        del data[size:]
         return data
 
 
@@ -366,8 +555,9 @@ def wants_close(request: Request) -> bool:
     return "close" in connection
 
 
-def encode_response(response: Response, head_only: bool, close: bool) -> bytes:
-    """Serialize a response, adding the security headers that every answer carries."""
+def encode_head(response: Response, close: bool) -> bytes:
+    """The status line and headers of a response, with the security headers that every answer
+    carries."""
     reason = HTTPStatus(response.status).phrase if response.status in HTTPStatus._value2member_map_ else ""
     lines = [f"HTTP/1.1 {response.status} {reason}"]
     names = {name.lower() for name, _ in response.headers}
@@ -380,29 +570,90 @@ def encode_response(response: Response, head_only: bool, close: bool) -> bytes:
     lines.append(f"Date: {formatdate(usegmt=True)}")
     if response.status >= 200 and response.status not in (204, 304):
         # RFC 9110 section 8.6: never on 1xx and 204; on a 304 it would have to be GET's length.
-        lines.append(f"Content-Length: {len(response.body)}")
+        lines.append(f"Content-Length: {response.length}")
     lines.append("Connection: close" if close else "Connection: keep-alive")
-    head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-    return head if head_only else head + response.body
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def write_chunks(pieces: list[bytes]):
+    """The pieces of a body regrouped for writing: small ones joined, large ones cut, each at
+    most WRITE_CHUNK_BYTES. A chunk once given out is never changed (the transport may keep it)."""
+    pending = bytearray()
+    for piece in pieces:
+        if len(pending) + len(piece) <= WRITE_CHUNK_BYTES:
+            pending += piece
+            continue
+        if pending:
+            yield pending
+            pending = bytearray()
+        view = memoryview(piece)
+        for start in range(0, len(view), WRITE_CHUNK_BYTES):
+            chunk = view[start:start + WRITE_CHUNK_BYTES]
+            if len(chunk) < WRITE_CHUNK_BYTES:
+                pending += chunk
+            else:
+                yield chunk
+    if pending:
+        yield pending
+
+
+@functools.cache
+def _malloc_trim():
+    # glibc keeps freed memory in its heap (and raises its mmap threshold after a large free, so
+    # the next large body lands in the heap too); malloc_trim(0) gives the free pages back.
+    try:
+        if not os.confstr("CS_GNU_LIBC_VERSION").startswith("glibc"):
+            return None
+        trim = ctypes.CDLL(None).malloc_trim
+    except (AttributeError, ValueError, OSError):  # not glibc: musl, macOS, Windows
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return trim
+
+
+def release_memory() -> bool:
+    """Give the memory that was freed back to the operating system where the C library can
+    (glibc's malloc_trim(0)); returns whether it could. Elsewhere it does nothing. Raises
+    nothing. It takes no lock of Python's: it may run on a worker thread."""
+    trim = _malloc_trim()
+    if trim is None:
+        return False
+    trim(0)
+    return True
+
+
+class _WriteTimeout(Exception):
+    """The client took more than the write timeout to read a piece of an answer."""
 
 
 class HttpServer:
     """Serves connections with `handler(request) -> Response | None` (None: taken over)."""
 
-    def __init__(self, handler, head_timeout: float, body_timeout: float, idle_timeout: float):
+    def __init__(self, handler, head_timeout: float, body_timeout: float, idle_timeout: float,
+                 write_timeout: float = WRITE_TIMEOUT_SECONDS):
         self.handler = handler
         self.head_timeout = head_timeout
         self.body_timeout = body_timeout
         self.idle_timeout = idle_timeout
+        self.write_timeout = write_timeout
         self.server: asyncio.base_events.Server | None = None
         self._tasks: set[asyncio.Task] = set()
+        self._releasing = False  # one release_memory at a time: it frees what all freed before
 
     async def start(self, host: str, port: int) -> None:
         self.server = await asyncio.start_server(self._accept, host, port, limit=MAX_HEAD_BYTES * 2)
 
     @property
     def port(self) -> int:
+        if self.server is None:
+            raise RuntimeError("the server is not listening")
         return self.server.sockets[0].getsockname()[1]
+
+    @property
+    def connections(self) -> int:
+        """The connections being served now (a WebSocket once taken over is not counted)."""
+        return len(self._tasks)
 
     async def stop(self) -> None:
         if self.server is not None:
@@ -416,18 +667,29 @@ class HttpServer:
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
+        assert task is not None  # a connection is always served by its own task
         self._tasks.add(task)
+        drop = False  # close at once, dropping what the transport still holds
         try:
             taken = await self._serve(reader, writer)
+        except _WriteTimeout:
+            peer = writer.get_extra_info("peername")
+            log.info("closed the connection of %s: an answer was not read within %s s",
+                     peer[0] if peer else "a client", self.write_timeout)
+            taken, drop = False, True
         except (ConnectionError, asyncio.CancelledError):
-            taken = False
+            taken, drop = False, True
         except Exception:  # a bug: log it, never show it to the client
             log.exception("connection failed")
-            taken = False
+            taken, drop = False, True
         finally:
             self._tasks.discard(task)
         if not taken:
-            writer.close()
+            if drop:
+                # close() would keep the unsent bytes until a client that stopped reading takes them.
+                writer.transport.abort()
+            else:
+                writer.close()
             try:
                 await writer.wait_closed()
             except (ConnectionError, asyncio.CancelledError):
@@ -447,16 +709,45 @@ class HttpServer:
                 request._connection = connection
                 response = await self._answer(request)
             except HttpError as exc:
-                writer.write(encode_response(plain_error(exc.status, exc.reason), False, True))
-                await writer.drain()
+                await self._write(writer, plain_error(exc.status, exc.reason), False, True)
                 return False
             if response is None:
                 return True
             close = response.close or wants_close(request) or not request.body_consumed
-            writer.write(encode_response(response, request.method == "HEAD", close))
-            await writer.drain()
+            large = max(request.content_length, response.length) >= TRIM_AFTER_BYTES
+            await self._write(writer, response, request.method == "HEAD", close)
+            request = response = None  # the body and the answer are freed before the next request
+            if large and not self._releasing:
+                self._releasing = True
+                try:
+                    await asyncio.to_thread(release_memory)
+                finally:
+                    self._releasing = False
             if close:
                 return False
+
+    async def _write(self, writer: asyncio.StreamWriter, response: Response, head_only: bool,
+                     close: bool) -> None:
+        """Write an answer without copying its body whole: a small one at once, a large one in
+        chunks, each handed over only when the client has taken most of the one before.
+
+        Raises _WriteTimeout when the client leaves a chunk unread for write_timeout seconds."""
+        head = encode_head(response, close)
+        if head_only or response.length <= WRITE_CHUNK_BYTES:
+            writer.write(head if head_only else head + b"".join(response.pieces()))
+            await self._drain(writer)
+            return
+        writer.write(head)
+        for chunk in write_chunks(response.pieces()):
+            writer.write(chunk)
+            await self._drain(writer)
+
+    async def _drain(self, writer: asyncio.StreamWriter) -> None:
+        try:
+            async with asyncio.timeout(self.write_timeout):
+                await writer.drain()
+        except TimeoutError:
+            raise _WriteTimeout() from None
 
     async def _answer(self, request: Request) -> Response | None:
         try:

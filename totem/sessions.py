@@ -20,14 +20,18 @@ from .events import SessionUpdated
 from .jobs import JobError
 from .store import session_view
 
-__all__ = ["DEFAULT_SESSION_NAME", "MODES", "REASONING_LEVELS", "Sessions"]
+__all__ = ["DEFAULT_SESSION_NAME", "DEFAULT_SESSION_PAGE", "MODES", "REASONING_LEVELS", "Sessions"]
 
 DEFAULT_SESSION_NAME = "New session"
 MODES = ("build", "plan")
+DEFAULT_SESSION_PAGE = 100
+# A page of Sessions|messages ends once it holds about this much stored text and data (a single
+# message that is bigger still comes, alone): twenty clients that asked for a 26 MB page and did
+# not read it held 1.1 GB (issue 11).
+MESSAGE_PAGE_BYTES = 4 * 1024 * 1024
 
 # Module-level names for the shapes, since `Sessions.list` hides the builtin inside the class.
 Session = dict[str, Any]
-SessionList = list[Session]
 JobList = list[dict[str, Any]]
 Attachments = list[tuple[str, str, bytes]]  # (name, media type, content) of each file
 
@@ -60,17 +64,24 @@ class Sessions:
         """Raises NotFound."""
         return self.view(await self.get(sessionid))
 
-    async def list(self, projectid: str) -> SessionList:
-        """The sessions of a project, the most recently changed first. Raises NotFound."""
-        if await self.store.get_project(projectid) is None:
-            raise NotFound(("id", f"no project {projectid}"))
-        return [self.view(row) for row in await self.store.list_sessions(projectid)]
+    async def list(self, projectid: str, limit: int = DEFAULT_SESSION_PAGE, before: str | None = None) -> dict:
+        """`{sessions, more}`: a page of at most `limit` sessions of a project, the most recently
+        changed first, after the session `before` (the last of the page before). Raises NotFound
+        (no such project), BadRequest (`before` names no session of the project)."""
+        page = await self.store.session_page(projectid, limit, before)
+        if page is None:
+            if await self.store.get_project(projectid) is None:
+                raise NotFound(("id", f"no project {projectid}"))
+            raise BadRequest(("before", f"no session {before} in this project"))
+        rows, more = page
+        return {"sessions": [self.view(row) for row in rows], "more": more}
 
     async def messages(self, sessionid: str, before: str | None, limit: int) -> dict:
         """`{messages, more}`: the newest `limit` messages older than `before`, oldest first,
-        with their parts. Raises NotFound."""
+        with their parts, and no more than MESSAGE_PAGE_BYTES hold (but at least one). Raises
+        NotFound."""
         await self.get(sessionid)
-        messages, more = await self.store.list_messages(sessionid, before, limit)
+        messages, more = await self.store.list_messages(sessionid, before, limit, MESSAGE_PAGE_BYTES)
         return {"messages": messages, "more": more}
 
     async def todos(self, sessionid: str) -> dict:

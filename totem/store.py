@@ -24,6 +24,9 @@ MAX_WRITE_BATCH = 256
 BUSY_TIMEOUT_MS = 10_000
 MAX_SQL_VARIABLES = 900  # ids per IN (...) list, under every sqlite build's limit
 ID_ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyz"
+# What the JSON of a message or a part adds to its stored text and data (keys, ids, times), in
+# the size of a page of messages.
+JSON_OVERHEAD_BYTES = 200
 
 # Each entry moves the schema one version up; never edit one that has shipped.
 MIGRATIONS = (
@@ -147,6 +150,12 @@ MIGRATIONS = (
         text TEXT NOT NULL,
         PRIMARY KEY (partid, seq)
     ) WITHOUT ROWID;
+    """,
+    # 4: a page of a project's sessions read straight from the index, in the order of the list
+    # (updated, then id): the old index left every tie on updated to a sort (issue 11).
+    """
+    DROP INDEX sessions_by_project;
+    CREATE INDEX sessions_by_project ON sessions(projectid, updated, id);
     """,
 )
 
@@ -358,7 +367,7 @@ class Store:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             results = [(False, exc)] * len(batch)
-        for (ok, value), (_fn, _args, loop, future) in zip(results, batch):
+        for (ok, value), (_fn, _args, loop, future) in zip(results, batch, strict=True):
             loop.call_soon_threadsafe(_settle, future, ok, value)
 
     # -- projects -----------------------------------------------------------------------------
@@ -393,8 +402,32 @@ class Store:
     # -- sessions -----------------------------------------------------------------------------
 
     async def list_sessions(self, projectid: str) -> list[dict]:
+        """Every session of a project, the most recently changed first."""
         return await self.read(lambda c: _rows(c.execute(
             "SELECT * FROM sessions WHERE projectid = ? ORDER BY updated DESC, id DESC", (projectid,))))
+
+    async def session_page(self, projectid: str, limit: int,
+                           before: str | None = None) -> tuple[list[dict], bool] | None:
+        """`(sessions, more)`: at most `limit` sessions of a project, the most recently changed
+        first, after the session `before` in that order. None when there is no such project, or
+        `before` names no session of it. Read from the index sessions_by_project alone."""
+        def run(c):
+            if c.execute("SELECT 1 FROM projects WHERE id = ?", (projectid,)).fetchone() is None:
+                return None
+            if before is None:
+                rows = _rows(c.execute(
+                    "SELECT * FROM sessions WHERE projectid = ? ORDER BY updated DESC, id DESC LIMIT ?",
+                    (projectid, limit + 1)))
+            else:
+                anchor = c.execute("SELECT updated, id FROM sessions WHERE id = ? AND projectid = ?",
+                                   (before, projectid)).fetchone()
+                if anchor is None:
+                    return None
+                rows = _rows(c.execute(
+                    "SELECT * FROM sessions WHERE projectid = ? AND (updated, id) < (?, ?) "
+                    "ORDER BY updated DESC, id DESC LIMIT ?", (projectid, anchor[0], anchor[1], limit + 1)))
+            return rows[:limit], len(rows) > limit
+        return await self.read(run)
 
     async def get_session(self, sessionid: str) -> dict | None:
         return await self.read(lambda c: _row(c.execute("SELECT * FROM sessions WHERE id = ?", (sessionid,))))
@@ -432,8 +465,13 @@ class Store:
 
     # -- messages and parts -------------------------------------------------------------------
 
-    async def list_messages(self, sessionid: str, before: str | None, limit: int) -> tuple[list[dict], bool]:
-        """The newest `limit` messages older than `before`, oldest first, with their parts."""
+    async def list_messages(self, sessionid: str, before: str | None, limit: int,
+                            max_bytes: int | None = None) -> tuple[list[dict], bool]:
+        """`(messages, more)`: the newest `limit` messages older than `before`, oldest first, with
+        their parts. With `max_bytes`, also no more messages than fit in about that many bytes of
+        stored text and data (the newest message always comes, however big); the size of each
+        message is summed in SQL before any part is read, so a page never loads what it leaves out.
+        """
         def run(c):
             if before:
                 rows = _rows(c.execute(
@@ -444,7 +482,16 @@ class Store:
                     "SELECT * FROM messages WHERE sessionid = ? ORDER BY id DESC LIMIT ?",
                     (sessionid, limit + 1)))
             more = len(rows) > limit
-            rows = list(reversed(rows[:limit]))
+            rows = rows[:limit]
+            if max_bytes is not None and rows:
+                sizes = _part_sizes(c, [r["id"] for r in rows])
+                total = 0
+                for count, row in enumerate(rows):
+                    total += _row_size(row) + sizes.get(row["id"], 0)
+                    if count and total > max_bytes:
+                        rows, more = rows[:count], True
+                        break
+            rows.reverse()
             if rows:
                 marks = ",".join("?" * len(rows))
                 parts = _rows(c.execute(
@@ -555,9 +602,9 @@ class Store:
             c.executemany("INSERT INTO attachments (id, sessionid, messageid, name, mime, size, data, created)"
                           " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                           [(newid, sessionid, messageid, name, mime, len(data), data, stamp)
-                           for newid, (name, mime, data) in zip(ids, files)])
+                           for newid, (name, mime, data) in zip(ids, files, strict=True)])
             return [{"id": newid, "name": name, "mime": mime, "size": len(data)}
-                    for newid, (name, mime, data) in zip(ids, files)]
+                    for newid, (name, mime, data) in zip(ids, files, strict=True)]
         return await self.write(run)
 
     async def get_attachment(self, attachmentid: str) -> dict | None:
@@ -579,7 +626,8 @@ class Store:
         newid = self.ids.new()
 
         def run(c):
-            if projectid is not None and c.execute("SELECT 1 FROM projects WHERE id = ?", (projectid,)).fetchone() is None:
+            if (projectid is not None
+                    and c.execute("SELECT 1 FROM projects WHERE id = ?", (projectid,)).fetchone() is None):
                 return None
             c.execute("DELETE FROM rules WHERE ifnull(projectid, '') = ifnull(?, '') AND tool = ? AND pattern = ?",
                       (projectid, tool, pattern))
@@ -704,6 +752,25 @@ def _decode_provider(row: dict) -> dict:
 def _add_piece(c, partid: str, text: str) -> None:
     c.execute("INSERT INTO part_texts (partid, seq, text) VALUES (?, (SELECT coalesce(max(seq), 0) + 1 "
               "FROM part_texts WHERE partid = ?), ?)", (partid, partid, text))
+
+
+def _row_size(row: dict) -> int:
+    return sum(len(value) for value in row.values() if isinstance(value, str)) + JSON_OVERHEAD_BYTES
+
+
+def _part_sizes(c, messageids: list[str]) -> dict[str, int]:
+    """The bytes of stored text and data of the parts of each message (pieces included)."""
+    sizes: dict[str, int] = {}
+    for start in range(0, len(messageids), MAX_SQL_VARIABLES):
+        chunk = messageids[start:start + MAX_SQL_VARIABLES]
+        marks = ",".join("?" * len(chunk))
+        for messageid, size in c.execute(
+                "SELECT parts.messageid, sum(length(CAST(parts.text AS BLOB)) + length(CAST(parts.data AS BLOB))"
+                f" + {JSON_OVERHEAD_BYTES} + ifnull((SELECT sum(length(CAST(part_texts.text AS BLOB)))"
+                " FROM part_texts WHERE part_texts.partid = parts.id), 0))"
+                f" FROM parts WHERE parts.messageid IN ({marks}) GROUP BY parts.messageid", chunk):
+            sizes[messageid] = size or 0
+    return sizes
 
 
 def _join_pieces(c, parts: list[dict]) -> None:

@@ -7,16 +7,23 @@ case lives (`totem/sessions.py`): the write, the events and the cascade of a rem
 
 from __future__ import annotations
 
-import base64
+import asyncio
 import binascii
 import re
+import time
+from typing import cast
 
-from ..sessions import DEFAULT_SESSION_NAME, MODES, REASONING_LEVELS
+from ..httpd import large_json_response
+from ..sessions import DEFAULT_SESSION_NAME, DEFAULT_SESSION_PAGE, MODES, REASONING_LEVELS
 from . import Action, success
 
 MAX_NAME_CHARS = 200
+MAX_SESSION_PAGE = 500
 DEFAULT_MESSAGE_PAGE = 100
 MAX_MESSAGE_PAGE = 500
+# A page of messages is encoded on a worker thread, each part on its own, so that the loop is
+# not held for the whole page: {messages: [{parts: [part]}]} is five levels down to a part.
+MESSAGE_PAGE_DEPTH = 5
 
 
 async def require_session(ctx) -> dict:
@@ -25,10 +32,12 @@ async def require_session(ctx) -> dict:
 
 
 async def list_sessions(ctx):
-    params = ctx.params(("projectid",))
+    params = ctx.params(("projectid", "limit", "before"))
     projectid = params.text("projectid", required=True, max_chars=64)
+    limit = params.integer("limit", 1, MAX_SESSION_PAGE, default=DEFAULT_SESSION_PAGE)
+    before = params.text("before", max_chars=64)
     params.done()
-    return await ctx.services.sessions.list(projectid)
+    return await ctx.services.sessions.list(projectid, limit, before)
 
 
 async def create_session(ctx):
@@ -62,24 +71,70 @@ async def list_messages(ctx):
     before = params.text("before", max_chars=64)
     limit = params.integer("limit", 1, MAX_MESSAGE_PAGE, default=DEFAULT_MESSAGE_PAGE)
     params.done()
-    return await ctx.services.sessions.messages(ctx.id, before, limit)
+    return await large_json_response(await ctx.services.sessions.messages(ctx.id, before, limit),
+                                     MESSAGE_PAGE_DEPTH)
 
 
 MAX_PROMPT_CHARS = 1_000_000
 MAX_ATTACHMENTS = 20
 MAX_ATTACHMENT_NAME_CHARS = 255
 MIME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9!#$&^_.+-]{0,63}/[a-z0-9][a-z0-9!#$&^_.+-]{0,127}$")
+# Base64 above this size is decoded on a worker thread, in steps of BASE64_STEP_CHARS: one
+# b64decode of 20 MB held the interpreter, and so the loop, for 48 ms (issue 11).
+THREAD_DECODE_CHARS = 1024 * 1024
+BASE64_STEP_CHARS = 256 * 1024  # a multiple of 4; one strict step of 1 MB takes 4 ms
+MAX_PADDING_CHARS = 2
 
 
-def _attachments(raw) -> tuple[list[tuple[str, str, bytes]], list[tuple[str, str]]]:
-    """Decoded attachments and the problems found, each named by its place in the list."""
+def decode_base64(text: str, step: int = BASE64_STEP_CHARS) -> bytes | bytearray | None:
+    """Strict base64 (RFC 4648 alphabet, padding only at the end) as bytes, None when it is not.
+
+    Decodes `step` characters at a time and lets other threads run between steps, so that on a
+    worker thread it never keeps the event loop waiting for the interpreter for more than a
+    step; the result and the refusals are those of `base64.b64decode(text, validate=True)`."""
+    if not text.isascii():
+        return None
+    # Each step but the last is whole groups of four without padding, decoded as the whole text
+    # would decode them; the last takes the trailing padding, whatever the whole would make of it.
+    body_end = len(text)
+    while body_end and text[body_end - 1] == "=":
+        body_end -= 1
+        if len(text) - body_end > MAX_PADDING_CHARS:  # never valid; the whole decode says why
+            return _strict_base64(text)
+    # Grown in place, so that the pages of a large file are touched a step at a time (a join
+    # would fault in 11 MB at once): the content is a bytearray, which the store takes as a blob.
+    content = bytearray()
+    for start in range(0, max(body_end, 1), step):
+        last = start + step >= body_end
+        chunk = text[start:len(text) if last else start + step]
+        if not last and "=" in chunk:
+            return None
+        decoded = _strict_base64(chunk)
+        if decoded is None:
+            return None
+        content += decoded
+        if not last:
+            time.sleep(0)  # hand the interpreter to the event loop if it waits for it
+    return content
+
+
+def _strict_base64(text: str) -> bytes | None:
+    try:
+        return binascii.a2b_base64(text, strict_mode=True)
+    except binascii.Error:
+        return None
+
+
+def _attachment_items(raw) -> tuple[list[tuple[str, str, str, str]], list[tuple[str, str]]]:
+    """The (name, media type, base64 text, place) of each attachment and the problems found,
+    each named by its place in the list."""
     if raw is None:
         return [], []
     if not isinstance(raw, list):
         return [], [("attachments", "must be a list of {name, mime, data}")]
     if len(raw) > MAX_ATTACHMENTS:
         return [], [("attachments", f"at most {MAX_ATTACHMENTS} files")]
-    files, problems = [], []
+    items, problems = [], []
     for index, item in enumerate(raw):
         where = f"attachments[{index}]"
         if not isinstance(item, dict) or set(item) - {"name", "mime", "data"}:
@@ -92,14 +147,28 @@ def _attachments(raw) -> tuple[list[tuple[str, str, bytes]], list[tuple[str, str
         if not isinstance(mime, str) or not MIME_PATTERN.match(mime.lower()):
             problems.append((f"{where}.mime", "must be a media type such as image/png or text/plain"))
             continue
-        try:
-            content = base64.b64decode(data, validate=True) if isinstance(data, str) else None
-        except (binascii.Error, ValueError):
-            content = None
+        if not isinstance(data, str):
+            problems.append((f"{where}.data", "must be base64"))
+            continue
+        items.append((name.strip(), mime.lower(), data, where))
+    return items, problems
+
+
+async def _attachments(raw) -> tuple[list[tuple[str, str, bytes]], list[tuple[str, str]]]:
+    """Decoded attachments and the problems found; large ones are decoded off the loop."""
+    items, problems = _attachment_items(raw)
+    files = []
+    for name, mime, data, where in items:
+        if len(data) > THREAD_DECODE_CHARS:
+            content = await asyncio.to_thread(decode_base64, data)
+        else:
+            content = decode_base64(data)
         if content is None:
             problems.append((f"{where}.data", "must be base64"))
             continue
-        files.append((name.strip(), mime.lower(), content))
+        # A bytearray when it came in steps (see decode_base64); its one reader, the store,
+        # binds it as the blob that bytes would be.
+        files.append((name, mime, cast(bytes, content)))
     return files, problems
 
 
@@ -111,7 +180,7 @@ async def prompt_session(ctx):
     autoaccept = body.boolean("autoaccept")
     mode = body.choice("mode", MODES)
     reasoning = body.choice("reasoning", REASONING_LEVELS)
-    files, problems = _attachments(body.data.get("attachments"))
+    files, problems = await _attachments(body.data.get("attachments"))
     body.errors.extend(problems)
     body.done()
     messageid = await ctx.services.sessions.prompt(ctx.id, text, model=model, mode=mode, autoaccept=autoaccept,

@@ -6,9 +6,14 @@ them all as one BadRequest in the `$.invalid` shape. It knows types and ranges, 
 
 from __future__ import annotations
 
+import re
+
 from ..errors import BadRequest
 
 MAX_TEXT_CHARS = 100_000
+# What a number in a query string may be: ASCII digits (str.isdigit() also takes "²" and int()
+# then fails), one optional minus.
+INTEGER_TEXT = re.compile(r"-?[0-9]+")
 _MISSING = object()
 
 
@@ -72,7 +77,7 @@ class Input:
         value = self._get(name, required)
         if value is _MISSING:
             return default
-        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        if isinstance(value, str) and INTEGER_TEXT.fullmatch(value.strip()):
             value = int(value)  # query strings carry numbers as text
         if isinstance(value, bool) or not isinstance(value, int):
             self.errors.append((name, "must be a whole number"))
