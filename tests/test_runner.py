@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests.utils import MS
+from tests.utils import MS, wait_until_gone
 from totem import runner
 from totem.runner import CommandError, kill_group, minimal_environment, run_command, run_process
 
@@ -42,14 +42,7 @@ def assert_group_gone(pgid: int) -> None:
     assert running_members(pgid) == {}
     with pytest.raises(ChildProcessError):  # reaped by asyncio: no zombie of ours
         os.waitpid(pgid, os.WNOHANG)
-    deadline = time.monotonic() + 10_000 * MS
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(20 * MS)
-    raise AssertionError(f"process group {pgid} still exists: {runner.group_states(pgid)}")
+    wait_until_gone(lambda: os.killpg(pgid, 0), lambda: f"process group {pgid} ({runner.group_states(pgid)})")
 
 
 def test_run_command_exit_code(tmp_path):
@@ -280,14 +273,7 @@ def process(argv, folder, **options) -> runner.ProcessResult:
 
 def assert_process_gone(pid: int) -> None:
     """`pid` no longer exists (killed, and reaped by us or by init)."""
-    deadline = time.monotonic() + 10_000 * MS
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(20 * MS)
-    raise AssertionError(f"process {pid} is still alive")
+    wait_until_gone(lambda: os.kill(pid, 0), f"process {pid}")
 
 
 def test_run_process_stdout_and_stderr_apart_as_bytes(tmp_path):

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 import unittest
 from dataclasses import dataclass
 
@@ -143,3 +144,17 @@ class TotemCase(unittest.IsolatedAsyncioTestCase):
         answer = await call(self.app, "sessions_create", body)
         assert answer.status == 200, answer.body
         return answer.json()
+
+
+def wait_until_gone(probe, what) -> None:
+    """Poll `probe()` (os.kill(pid, 0), os.killpg(pgid, 0) ...) until it raises
+    ProcessLookupError: the process is killed and reaped, by us or, for an orphan, by init.
+    `what` names it in the failure (text, or a callable for what is known only then)."""
+    deadline = time.monotonic() + 10_000 * MS
+    while time.monotonic() < deadline:
+        try:
+            probe()
+        except ProcessLookupError:
+            return
+        time.sleep(20 * MS)
+    raise AssertionError(f"{what() if callable(what) else what} is still alive")

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from tests.tools.trees import project, write
-from tests.utils import MS
+from tests.utils import MS, wait_until_gone
 from totem import runner
 from totem.tools import ToolContext, ToolError, grep as grep_module
 from totem.tools.grep import GrepTool, Query, search_with_rg
@@ -41,14 +41,7 @@ def children_running(code_marker: bytes) -> list[int]:
 
 def assert_gone(pid: int) -> None:
     """`pid` no longer exists: killed, and reaped by us or, for an orphan, by init."""
-    deadline = time.monotonic() + 10_000 * MS
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(20 * MS)
-    raise AssertionError(f"process {pid} is still alive")
+    wait_until_gone(lambda: os.kill(pid, 0), f"process {pid}")
 
 
 def fake_rg(tmp_path, body: str) -> tuple[str, str]:
