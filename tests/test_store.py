@@ -13,6 +13,7 @@ import sys
 import tempfile
 import time
 import unittest
+import unittest.mock
 from urllib.request import pathname2url
 
 from tests.utils import MS, TotemCase, call
@@ -258,3 +259,124 @@ class MigrationTest(unittest.IsolatedAsyncioTestCase):
                 migrate(conn)
             self.assertEqual(conn.execute("PRAGMA user_version").fetchone()[0], 0)
             self.assertEqual(schema(conn), before)
+
+
+class PiecesTest(unittest.IsolatedAsyncioTestCase):
+    """Streamed text stored as pieces keyed by the part's number: kept in order, replaced,
+    folded, counted in a page's size, and gone with their part however it goes."""
+
+    async def asyncSetUp(self):
+        self.tmp = os.path.realpath(tempfile.mkdtemp(prefix="totem-pieces-"))
+        self.addCleanup(shutil.rmtree, self.tmp, ignore_errors=True)
+        self.store = Store(self.tmp)
+        await self.store.open()
+        self.addAsyncCleanup(self.store.close)
+        project, _ = await self.store.open_project(self.tmp, "p")
+        self.project = project
+        self.session = await self.store.create_session(project["id"], "s")
+        self.message = await self.store.add_message(self.session["id"], "assistant")
+
+    async def open_part(self) -> dict:
+        return await self.store.add_part(self.message["id"], self.session["id"], "text", "running")
+
+    async def texts(self) -> list[str]:
+        messages, _ = await self.store.list_messages(self.session["id"], None, 10)
+        return [part["text"] for part in messages[0]["parts"]]
+
+    def piece_count(self) -> int:
+        with contextlib.closing(connect(os.path.join(self.tmp, DATABASE_FILE))) as conn:
+            return conn.execute("SELECT count(*) FROM part_pieces").fetchone()[0]
+
+    async def test_pieces_of_two_parts_stay_apart_and_in_order(self):
+        first, second = await self.open_part(), await self.open_part()
+        for number in range(12):  # past 9: the order is numeric, not textual
+            await self.store.append_part_texts([(first["id"], f"a{number} "), (second["id"], f"b{number} ")])
+        self.assertEqual(await self.texts(), ["".join(f"a{n} " for n in range(12)),
+                                              "".join(f"b{n} " for n in range(12))])
+        self.assertNotIn("num", (await self.store.update_part(first["id"], status="done")))
+
+    async def test_replacing_the_text_drops_the_pieces(self):
+        part = await self.open_part()
+        await self.store.append_part_texts([(part["id"], "streamed")])
+        changed = await self.store.update_part(part["id"], text="whole", close=True)
+        self.assertEqual(changed["text"], "whole")
+        self.assertEqual(self.piece_count(), 0)
+        await self.store.append_part_texts([(part["id"], "late")])  # closed: takes none
+        self.assertEqual(await self.texts(), ["whole"])
+
+    async def test_a_full_part_folds_its_pieces_into_its_text(self):
+        part = await self.open_part()
+        with unittest.mock.patch.multiple("totem.store", PIECE_BITS=2, MAX_PIECES=3):
+            for number in range(10):
+                await self.store.append_part_texts([(part["id"], str(number))])
+            self.assertEqual(await self.texts(), ["0123456789"])
+        self.assertLessEqual(self.piece_count(), 3)
+
+    async def test_a_page_counts_the_pieces_in_its_size(self):
+        older = await self.store.add_message(self.session["id"], "user")
+        await self.store.add_part(older["id"], self.session["id"], "text", "done", text="small", closed=True)
+        newer = await self.store.add_message(self.session["id"], "assistant")
+        part = await self.store.add_part(newer["id"], self.session["id"], "text", "running")
+        await self.store.append_part_texts([(part["id"], "x" * 50_000)])
+        page, more = await self.store.list_messages(self.session["id"], None, 10, max_bytes=10_000)
+        self.assertEqual(([m["id"] for m in page], more), ([newer["id"]], True))
+
+    async def test_pieces_go_with_a_removed_project(self):
+        part = await self.open_part()
+        await self.store.append_part_texts([(part["id"], "x" * 5000)])
+        self.assertEqual(self.piece_count(), 1)
+        await self.store.remove_project(self.project["id"])
+        self.assertEqual(self.piece_count(), 0)
+
+    def test_a_new_database_takes_small_pages_and_an_old_one_keeps_its_own(self):
+        from totem.store import PAGE_BYTES
+        with contextlib.closing(connect(os.path.join(self.tmp, DATABASE_FILE))) as conn:
+            self.assertEqual(conn.execute("PRAGMA page_size").fetchone()[0], PAGE_BYTES)
+        old = os.path.join(self.tmp, "old.db")
+        with contextlib.closing(connect(old)) as conn:
+            conn.execute("PRAGMA page_size = 4096")
+            conn.executescript(MIGRATIONS[0])
+            conn.execute("PRAGMA user_version = 1")
+        with contextlib.closing(connect(old)) as conn:
+            migrate(conn)
+            self.assertEqual(conn.execute("PRAGMA page_size").fetchone()[0], 4096)
+
+
+class PiecesMigrationTest(unittest.TestCase):
+    def test_pieces_of_schema_four_move_to_the_numbered_table(self):
+        """Text stored as pieces under schema 4 reads the same after the migration."""
+        tmp = tempfile.mkdtemp(prefix="totem-pieces-migration-")
+        self.addCleanup(shutil.rmtree, tmp, ignore_errors=True)
+        path = os.path.join(tmp, DATABASE_FILE)
+        with contextlib.closing(connect(path)) as conn:
+            for number in range(4):
+                conn.executescript(MIGRATIONS[number])
+            conn.execute("PRAGMA user_version = 4")
+            conn.execute("INSERT INTO projects VALUES ('p', '/x', 'x', 1, 1)")
+            conn.execute("INSERT INTO sessions (id, projectid, name, created, updated) VALUES ('s', 'p', 'n', 1, 1)")
+            conn.execute("INSERT INTO messages (id, sessionid, role, created) VALUES ('m', 's', 'assistant', 1)")
+            for partid in ("a", "b"):
+                conn.execute("INSERT INTO parts (id, messageid, sessionid, kind, status, text, created, updated)"
+                             " VALUES (?, 'm', 's', 'text', 'done', 'head ', 1, 1)", (partid,))
+            for seq in (1, 2, 10):
+                conn.execute("INSERT INTO part_texts VALUES ('a', ?, ?)", (seq, f"<{seq}>"))
+        store = Store(tmp)
+
+        async def read():
+            await store.open()
+            try:
+                messages, _ = await store.list_messages("s", None, 10)
+                return [part["text"] for part in messages[0]["parts"]]
+            finally:
+                await store.close()
+        self.assertEqual(asyncio.run(read()), ["head <1><2><10>", "head "])
+        with contextlib.closing(connect(path)) as conn:
+            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
+            self.assertNotIn("part_texts", tables)
+
+    def test_an_unfinished_statement_in_a_script_is_refused(self):
+        from totem.store import _statements
+        self.assertEqual(len(_statements("CREATE TABLE a (x); CREATE TRIGGER t AFTER DELETE ON a "
+                                         "BEGIN DELETE FROM a; DELETE FROM a; END;")), 2)
+        with self.assertRaises(ValueError):
+            _statements("CREATE TABLE a (x); CREATE TRIGGER t AFTER DELETE ON a BEGIN DELETE FROM a;")

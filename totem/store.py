@@ -27,6 +27,14 @@ ID_ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyz"
 # What the JSON of a message or a part adds to its stored text and data (keys, ids, times), in
 # the size of a page of messages.
 JSON_OVERHEAD_BYTES = 200
+# Every commit writes whole pages: a flush of streamed text writes its piece plus the leaf that
+# holds it and the header page, so a smaller page than sqlite's 4 KB halves what each flush adds
+# beyond its text (bench/flush.py: 4 KB pages 2.1x the text, 2 KB 1.5x; 300 bytes a flush, 17x
+# and 10x), at the price of more pages for a big message or attachment to read.
+PAGE_BYTES = 2048
+# A piece's id is its part's number shifted by this many bits, plus its place in the part.
+PIECE_BITS = 20
+MAX_PIECES = (1 << PIECE_BITS) - 1
 
 # Each entry moves the schema one version up; never edit one that has shipped.
 MIGRATIONS = (
@@ -157,6 +165,26 @@ MIGRATIONS = (
     DROP INDEX sessions_by_project;
     CREATE INDEX sessions_by_project ON sessions(projectid, updated, id);
     """,
+    # 5: pieces keyed by one integer (the part's number, then the piece's place), so a flush
+    # writes the piece and the leaf that holds it, not also the entry of a second key; a part
+    # takes a number when its first piece arrives. Removing a part removes its pieces.
+    """
+    ALTER TABLE parts ADD COLUMN num INTEGER;
+    CREATE UNIQUE INDEX parts_by_num ON parts(num) WHERE num IS NOT NULL;
+    CREATE TABLE part_pieces (
+        id INTEGER PRIMARY KEY,
+        text TEXT NOT NULL
+    );
+    UPDATE parts SET num = rowid WHERE id IN (SELECT partid FROM part_texts);
+    INSERT INTO part_pieces (id, text)
+        SELECT (parts.num << 20) | part_texts.seq, part_texts.text
+        FROM part_texts JOIN parts ON parts.id = part_texts.partid;
+    DROP TABLE part_texts;
+    CREATE TRIGGER part_pieces_go_with_part AFTER DELETE ON parts WHEN old.num IS NOT NULL
+    BEGIN
+        DELETE FROM part_pieces WHERE id BETWEEN old.num << 20 AND (old.num << 20) | 1048575;
+    END;
+    """,
 )
 
 
@@ -206,6 +234,8 @@ def connect(path: str) -> sqlite3.Connection:
 
 def migrate(conn: sqlite3.Connection) -> int:
     """Bring the schema to the newest version; returns it. Raises RuntimeError for a newer file."""
+    if conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0] == 0:
+        conn.execute(f"PRAGMA page_size = {PAGE_BYTES}")  # only a new file takes it
     conn.execute("PRAGMA journal_mode = WAL")
     version = conn.execute("PRAGMA user_version").fetchone()[0]
     if version > len(MIGRATIONS):
@@ -213,15 +243,28 @@ def migrate(conn: sqlite3.Connection) -> int:
     for number in range(version, len(MIGRATIONS)):
         conn.execute("BEGIN IMMEDIATE")
         try:
-            for statement in MIGRATIONS[number].split(";"):
-                if statement.strip():
-                    conn.execute(statement)
+            for statement in _statements(MIGRATIONS[number]):
+                conn.execute(statement)
             conn.execute(f"PRAGMA user_version = {number + 1}")
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
             raise
     return len(MIGRATIONS)
+
+
+def _statements(script: str) -> list[str]:
+    """The statements of a script, a trigger's body (semicolons inside) kept whole."""
+    statements, pending = [], ""
+    for piece in script.split(";"):
+        pending += piece + ";"
+        if sqlite3.complete_statement(pending):
+            if pending.strip(" \n;"):
+                statements.append(pending)
+            pending = ""
+    if pending.strip(" \n;"):
+        raise ValueError(f"an incomplete statement in a migration: {pending.strip()[:60]}")
+    return statements
 
 
 def _interrupted_changes(conn: sqlite3.Connection) -> list[dict]:
@@ -541,7 +584,7 @@ class Store:
         def run(c):
             stamp = now_ms()
             if text is not None:
-                c.execute("DELETE FROM part_texts WHERE partid = ?", (partid,))
+                _drop_pieces(c, partid)
             if append:
                 _add_piece(c, partid, append)
             sets, values = ["updated = ?"], [stamp]
@@ -749,9 +792,45 @@ def _decode_provider(row: dict) -> dict:
     return row
 
 
+def _piece_range(num: int) -> tuple[int, int]:
+    return num << PIECE_BITS, (num << PIECE_BITS) | MAX_PIECES
+
+
+def _part_number(c, partid: str) -> int | None:
+    row = c.execute("SELECT num FROM parts WHERE id = ?", (partid,)).fetchone()
+    if row is None:
+        return None
+    if row[0] is not None:
+        return row[0]
+    num = c.execute("SELECT ifnull(max(num), 0) + 1 FROM parts WHERE num IS NOT NULL").fetchone()[0]
+    c.execute("UPDATE parts SET num = ? WHERE id = ?", (num, partid))
+    return num
+
+
 def _add_piece(c, partid: str, text: str) -> None:
-    c.execute("INSERT INTO part_texts (partid, seq, text) VALUES (?, (SELECT coalesce(max(seq), 0) + 1 "
-              "FROM part_texts WHERE partid = ?), ?)", (partid, partid, text))
+    num = _part_number(c, partid)
+    if num is None:
+        return
+    low, high = _piece_range(num)
+    last = c.execute("SELECT max(id) FROM part_pieces WHERE id BETWEEN ? AND ?", (low, high)).fetchone()[0]
+    if last == high:  # a part of a million pieces: fold them into its text and start again
+        _fold_pieces(c, partid, num)
+        last = None
+    c.execute("INSERT INTO part_pieces (id, text) VALUES (?, ?)", ((last or low) + 1, text))
+
+
+def _fold_pieces(c, partid: str, num: int) -> None:
+    low, high = _piece_range(num)
+    c.execute("UPDATE parts SET text = text || ifnull((SELECT group_concat(text, '') FROM "
+              "(SELECT text FROM part_pieces WHERE id BETWEEN ? AND ? ORDER BY id)), '') WHERE id = ?",
+              (low, high, partid))
+    c.execute("DELETE FROM part_pieces WHERE id BETWEEN ? AND ?", (low, high))
+
+
+def _drop_pieces(c, partid: str) -> None:
+    row = c.execute("SELECT num FROM parts WHERE id = ?", (partid,)).fetchone()
+    if row is not None and row[0] is not None:
+        c.execute("DELETE FROM part_pieces WHERE id BETWEEN ? AND ?", _piece_range(row[0]))
 
 
 def _row_size(row: dict) -> int:
@@ -766,8 +845,9 @@ def _part_sizes(c, messageids: list[str]) -> dict[str, int]:
         marks = ",".join("?" * len(chunk))
         for messageid, size in c.execute(
                 "SELECT parts.messageid, sum(length(CAST(parts.text AS BLOB)) + length(CAST(parts.data AS BLOB))"
-                f" + {JSON_OVERHEAD_BYTES} + ifnull((SELECT sum(length(CAST(part_texts.text AS BLOB)))"
-                " FROM part_texts WHERE part_texts.partid = parts.id), 0))"
+                f" + {JSON_OVERHEAD_BYTES} + ifnull((SELECT sum(length(CAST(part_pieces.text AS BLOB)))"
+                f" FROM part_pieces WHERE part_pieces.id BETWEEN parts.num << {PIECE_BITS}"
+                f" AND (parts.num << {PIECE_BITS}) | {MAX_PIECES}), 0))"
                 f" FROM parts WHERE parts.messageid IN ({marks}) GROUP BY parts.messageid", chunk):
             sizes[messageid] = size or 0
     return sizes
@@ -775,21 +855,17 @@ def _part_sizes(c, messageids: list[str]) -> dict[str, int]:
 
 def _join_pieces(c, parts: list[dict]) -> None:
     """Each part's text followed by its stored pieces, in order."""
-    if not parts:
-        return
-    by_id = {part["id"]: part for part in parts}
-    ids = list(by_id)
-    for start in range(0, len(ids), MAX_SQL_VARIABLES):
-        chunk = ids[start:start + MAX_SQL_VARIABLES]
-        marks = ",".join("?" * len(chunk))
-        found: dict[str, list[str]] = {}
-        for partid, text in c.execute(f"SELECT partid, text FROM part_texts WHERE partid IN ({marks}) "
-                                      "ORDER BY partid, seq", chunk):
-            found.setdefault(partid, []).append(text)
-        for partid, texts in found.items():
-            by_id[partid]["text"] = (by_id[partid]["text"] or "") + "".join(texts)
+    for part in parts:
+        num = part.pop("num", None)
+        if num is None:
+            continue
+        texts = [row[0] for row in c.execute(
+            "SELECT text FROM part_pieces WHERE id BETWEEN ? AND ? ORDER BY id", _piece_range(num))]
+        if texts:
+            part["text"] = (part["text"] or "") + "".join(texts)
 
 
 def _decode_part(row: dict) -> dict:
+    row.pop("num", None)  # where its pieces are: the store's business alone
     row["data"] = json.loads(row["data"]) if row.get("data") else {}
     return row

@@ -118,7 +118,7 @@ class RecorderTest(unittest.IsolatedAsyncioTestCase):
         recovered = messages[0]["parts"][0]
         self.assertEqual((recovered["text"], recovered["status"]), ("streamed ", "error"))
         with contextlib.closing(connect(os.path.join(self.tmp.name, "totem.db"))) as conn:
-            self.assertEqual(conn.execute("SELECT count(*) FROM part_texts").fetchone()[0], 1)
+            self.assertEqual(conn.execute("SELECT count(*) FROM part_pieces").fetchone()[0], 1)
 
     async def test_pieces_go_with_their_session(self):
         """Removing the session removes the stored pieces of its parts."""
@@ -128,4 +128,4 @@ class RecorderTest(unittest.IsolatedAsyncioTestCase):
         await self.recorder.close(part, "done")
         await self.store.remove_session(self.session["id"])
         with contextlib.closing(connect(os.path.join(self.tmp.name, "totem.db"))) as conn:
-            self.assertEqual(conn.execute("SELECT count(*) FROM part_texts").fetchone()[0], 0)
+            self.assertEqual(conn.execute("SELECT count(*) FROM part_pieces").fetchone()[0], 0)
