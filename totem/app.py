@@ -25,6 +25,7 @@ from .jobs import Jobs
 from .projects import Projects
 from .providers_service import ProvidersService
 from .routes import Router
+from .rows import PartRow
 from .sessions import Sessions
 from .store import Store
 from .tools import default_registry
@@ -72,7 +73,7 @@ class App:
     async def session_exists(self, sessionid: str) -> bool:
         return await self.store.get_session(sessionid) is not None
 
-    def open_parts(self, sessionid: str) -> list[dict]:
+    def open_parts(self, sessionid: str) -> list[PartRow]:
         return self.runs.open_parts(sessionid)  # the hub is built before the runs that it relays
 
     def waiting_asks(self, sessionid: str) -> list:

@@ -23,6 +23,7 @@ import logging
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Protocol
 
+from .rows import MessageRow, PartRow
 from .store import now_ms
 
 log = logging.getLogger("totem.events")
@@ -71,7 +72,7 @@ class SessionStatus(Event):
 @dataclass(frozen=True)
 class SessionUpdated(Event):
     """The session changed (renamed by the user or named by the first prompt)."""
-    session: dict[str, Any]
+    session: dict[str, Any]  # sessions.session_view
     TYPE: ClassVar[str] = "session.updated"
     BROADCAST: ClassVar[bool] = True
 
@@ -79,14 +80,14 @@ class SessionUpdated(Event):
 @dataclass(frozen=True)
 class MessageCreated(Event):
     """A new user or assistant message."""
-    message: dict[str, Any]
+    message: MessageRow
     TYPE: ClassVar[str] = "message.created"
 
 
 @dataclass(frozen=True)
 class PartCreated(Event):
     """A part opened (text, reasoning, tool, knowledge, selfcheck, validation)."""
-    part: dict[str, Any]
+    part: PartRow
     TYPE: ClassVar[str] = "part.created"
 
 
@@ -101,7 +102,7 @@ class PartDelta(Event):
 @dataclass(frozen=True)
 class PartUpdated(Event):
     """A part changed state (a tool went running → done)."""
-    part: dict[str, Any]
+    part: PartRow
     TYPE: ClassVar[str] = "part.updated"
 
 
@@ -284,7 +285,7 @@ class Replay(Protocol):
     async def session_exists(self, sessionid: str) -> bool:
         """Whether the session is stored (a removed one is not)."""
 
-    def open_parts(self, sessionid: str) -> list[dict[str, Any]]:
+    def open_parts(self, sessionid: str) -> list[PartRow]:
         """The parts of the session's run still streaming, each with its text so far."""
 
     def waiting_asks(self, sessionid: str) -> list[Event]:

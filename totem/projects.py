@@ -19,6 +19,8 @@ from typing import Any
 from .boundary import BoundaryError, is_protected_env, relative_path, resolve_inside
 from .errors import ApiError, BadRequest, NotFound
 from .git import GitError, folder_status
+from .rows import ProjectRow
+from .store import Store
 from .tools.files import is_temp_name
 
 __all__ = ["HIDDEN_IN_TREE", "MAX_TREE_ITEMS", "Projects", "project_view"]
@@ -30,7 +32,7 @@ GIT_FAILED_STATUS = 502  # git itself failed: the folder is fine, the tool we de
 Project = dict[str, Any]
 
 
-def project_view(row: Project) -> Project:
+def project_view(row: ProjectRow) -> Project:
     """The one shape of a project in answers."""
     return {"id": row["id"], "name": row["name"], "path": row["path"],
             "created": row["created"], "opened": row["opened"]}
@@ -39,11 +41,11 @@ def project_view(row: Project) -> Project:
 class Projects:
     """The folders that Totem works in."""
 
-    def __init__(self, store, sessions):
+    def __init__(self, store: Store, sessions):
         self.store = store
         self.sessions = sessions  # sessions.Sessions, for the cascade of a removal
 
-    async def get(self, projectid: str) -> Project:
+    async def get(self, projectid: str) -> ProjectRow:
         """The stored row of a project. Raises NotFound."""
         project = await self.store.get_project(projectid)
         if project is None:

@@ -18,7 +18,8 @@ from .agent.providers import ModelError
 from .errors import BadRequest, Forbidden, NotFound
 from .events import SessionUpdated
 from .jobs import JobError
-from .store import session_view
+from .rows import SessionRow
+from .store import Store, session_view
 
 __all__ = ["DEFAULT_SESSION_NAME", "DEFAULT_SESSION_PAGE", "MODES", "REASONING_LEVELS", "Sessions"]
 
@@ -39,7 +40,7 @@ Attachments = list[tuple[str, str, bytes]]  # (name, media type, content) of eac
 class Sessions:
     """The conversations of the projects, and what runs in them."""
 
-    def __init__(self, store, hub, runs, jobs, providers):
+    def __init__(self, store: Store, hub, runs, jobs, providers):
         self.store = store
         self.hub = hub
         self.runs = runs  # agent.loop.Runs, through start_prompt, abort and the questions
@@ -48,14 +49,14 @@ class Sessions:
 
     # -- reading ----------------------------------------------------------------------------
 
-    async def get(self, sessionid: str) -> Session:
+    async def get(self, sessionid: str) -> SessionRow:
         """The stored row of a session. Raises NotFound."""
         row = await self.store.get_session(sessionid)
         if row is None:
             raise NotFound(("id", f"no session {sessionid}"))
         return row
 
-    def view(self, row: Session) -> Session:
+    def view(self, row: SessionRow) -> Session:
         """A session as answers show it: with `waiting`, the questions that wait for the person."""
         session = session_view(row)
         return session | {"waiting": self.runs.questions.waiting_in(session["id"])}
@@ -127,7 +128,7 @@ class Sessions:
         await self.runs.abort(sessionid)
         await self.jobs.forget_session(sessionid)
 
-    def announce_removed(self, session: Session) -> None:
+    def announce_removed(self, session: SessionRow) -> None:
         """Forget a removed session in the hub and tell every client that it is gone."""
         self.hub.forget_session(session["id"])
         self.hub.publish(SessionUpdated(session["id"], {"id": session["id"], "projectid": session["projectid"],

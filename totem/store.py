@@ -18,6 +18,8 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from .rows import AttachmentInfo, AttachmentRow, MessageRow, PartRow, ProjectRow, ProviderRow, RuleRow, SessionRow
+
 DATABASE_FILE = "totem.db"
 READ_THREADS = 2
 MAX_WRITE_BATCH = 256
@@ -415,14 +417,14 @@ class Store:
 
     # -- projects -----------------------------------------------------------------------------
 
-    async def list_projects(self) -> list[dict]:
+    async def list_projects(self) -> list[ProjectRow]:
         return await self.read(lambda c: _rows(c.execute(
             "SELECT * FROM projects ORDER BY opened DESC, id")))
 
-    async def get_project(self, projectid: str) -> dict | None:
+    async def get_project(self, projectid: str) -> ProjectRow | None:
         return await self.read(lambda c: _row(c.execute("SELECT * FROM projects WHERE id = ?", (projectid,))))
 
-    async def open_project(self, path: str, name: str) -> tuple[dict, bool]:
+    async def open_project(self, path: str, name: str) -> tuple[ProjectRow, bool]:
         """The project of a folder, created if new; returns (project, created)."""
         newid = self.ids.new()
 
@@ -444,13 +446,13 @@ class Store:
 
     # -- sessions -----------------------------------------------------------------------------
 
-    async def list_sessions(self, projectid: str) -> list[dict]:
+    async def list_sessions(self, projectid: str) -> list[SessionRow]:
         """Every session of a project, the most recently changed first."""
         return await self.read(lambda c: _rows(c.execute(
             "SELECT * FROM sessions WHERE projectid = ? ORDER BY updated DESC, id DESC", (projectid,))))
 
     async def session_page(self, projectid: str, limit: int,
-                           before: str | None = None) -> tuple[list[dict], bool] | None:
+                           before: str | None = None) -> tuple[list[SessionRow], bool] | None:
         """`(sessions, more)`: at most `limit` sessions of a project, the most recently changed
         first, after the session `before` in that order. None when there is no such project, or
         `before` names no session of it. Read from the index sessions_by_project alone."""
@@ -472,10 +474,10 @@ class Store:
             return rows[:limit], len(rows) > limit
         return await self.read(run)
 
-    async def get_session(self, sessionid: str) -> dict | None:
+    async def get_session(self, sessionid: str) -> SessionRow | None:
         return await self.read(lambda c: _row(c.execute("SELECT * FROM sessions WHERE id = ?", (sessionid,))))
 
-    async def create_session(self, projectid: str, name: str) -> dict | None:
+    async def create_session(self, projectid: str, name: str) -> SessionRow | None:
         """A new idle session, or None when the project is gone."""
         newid = self.ids.new()
 
@@ -488,13 +490,13 @@ class Store:
             return _row(c.execute("SELECT * FROM sessions WHERE id = ?", (newid,)))
         return await self.write(run)
 
-    async def rename_session(self, sessionid: str, name: str) -> dict | None:
+    async def rename_session(self, sessionid: str, name: str) -> SessionRow | None:
         def run(c):
             c.execute("UPDATE sessions SET name = ?, updated = ? WHERE id = ?", (name, now_ms(), sessionid))
             return _row(c.execute("SELECT * FROM sessions WHERE id = ?", (sessionid,)))
         return await self.write(run)
 
-    async def set_session_status(self, sessionid: str, status: str, error: str | None = None) -> dict | None:
+    async def set_session_status(self, sessionid: str, status: str, error: str | None = None) -> SessionRow | None:
         """Set the status; `error` says why a run failed (None clears it)."""
         def run(c):
             c.execute("UPDATE sessions SET status = ?, error = ?, updated = ? WHERE id = ?",
@@ -509,7 +511,7 @@ class Store:
     # -- messages and parts -------------------------------------------------------------------
 
     async def list_messages(self, sessionid: str, before: str | None, limit: int,
-                            max_bytes: int | None = None) -> tuple[list[dict], bool]:
+                            max_bytes: int | None = None) -> tuple[list[MessageRow], bool]:
         """`(messages, more)`: the newest `limit` messages older than `before`, oldest first, with
         their parts. With `max_bytes`, also no more messages than fit in about that many bytes of
         stored text and data (the newest message always comes, however big); the size of each
@@ -554,7 +556,7 @@ class Store:
         return await self.read(run)
 
     async def add_message(self, sessionid: str, role: str, model: str | None = None, data: dict | None = None,
-                          newid: str | None = None) -> dict:
+                          newid: str | None = None) -> MessageRow:
         newid = newid or self.ids.new()
 
         def run(c):
@@ -564,7 +566,7 @@ class Store:
         return await self.write(run)
 
     async def add_part(self, messageid: str, sessionid: str, kind: str, status: str,
-                       text: str = "", data: dict | None = None, closed: bool = False) -> dict:
+                       text: str = "", data: dict | None = None, closed: bool = False) -> PartRow:
         newid = self.ids.new()
 
         def run(c):
@@ -578,7 +580,7 @@ class Store:
 
     async def update_part(self, partid: str, *, text: str | None = None, status: str | None = None,
                           data: dict | None = None, close: bool = False,
-                          append: str | None = None) -> dict | None:
+                          append: str | None = None) -> PartRow | None:
         """Change a part; `text` replaces its whole text (pieces included), `append` adds a piece,
         `close` stamps it complete. Returns the part with its text, None when it is gone."""
         def run(c):
@@ -629,14 +631,15 @@ class Store:
             "UPDATE sessions SET model = ?, mode = ?, autoaccept = ?, updated = ? WHERE id = ?",
             (model, mode, int(autoaccept), now_ms(), sessionid)))
 
-    async def session_history(self, sessionid: str) -> list[dict]:
+    async def session_history(self, sessionid: str) -> list[MessageRow]:
         """Every message of a session with its parts, oldest first (for the model's context)."""
         messages, _more = await self.list_messages(sessionid, None, 1_000_000)
         return messages
 
     # -- attachments --------------------------------------------------------------------------
 
-    async def add_attachments(self, sessionid: str, messageid: str, files: list[tuple[str, str, bytes]]) -> list[dict]:
+    async def add_attachments(self, sessionid: str, messageid: str, files: list[tuple[str, str, bytes]],
+                              ) -> list[AttachmentInfo]:
         """Store files of a prompt; returns [{id, name, mime, size}]."""
         ids = [self.ids.new() for _ in files]
 
@@ -650,13 +653,13 @@ class Store:
                     for newid, (name, mime, data) in zip(ids, files, strict=True)]
         return await self.write(run)
 
-    async def get_attachment(self, attachmentid: str) -> dict | None:
+    async def get_attachment(self, attachmentid: str) -> AttachmentRow | None:
         return await self.read(lambda c: _row(c.execute(
             "SELECT * FROM attachments WHERE id = ?", (attachmentid,))))
 
     # -- permission rules ---------------------------------------------------------------------
 
-    async def list_rules(self, projectid: str | None) -> list[dict]:
+    async def list_rules(self, projectid: str | None) -> list[RuleRow]:
         """The saved rules of a project (projectid) or the global saved rules (None), oldest first."""
         if projectid is None:
             return await self.read(lambda c: _rows(c.execute(
@@ -664,7 +667,7 @@ class Store:
         return await self.read(lambda c: _rows(c.execute(
             "SELECT * FROM rules WHERE projectid = ? ORDER BY id", (projectid,))))
 
-    async def add_rule(self, projectid: str | None, tool: str, pattern: str, action: str) -> dict | None:
+    async def add_rule(self, projectid: str | None, tool: str, pattern: str, action: str) -> RuleRow | None:
         """Save a rule (the same tool and pattern replaces the old action); None when the project is gone."""
         newid = self.ids.new()
 
@@ -679,7 +682,7 @@ class Store:
             return _row(c.execute("SELECT * FROM rules WHERE id = ?", (newid,)))
         return await self.write(run)
 
-    async def get_rule(self, ruleid: str) -> dict | None:
+    async def get_rule(self, ruleid: str) -> RuleRow | None:
         return await self.read(lambda c: _row(c.execute("SELECT * FROM rules WHERE id = ?", (ruleid,))))
 
     async def remove_rule(self, ruleid: str) -> bool:
@@ -701,18 +704,18 @@ class Store:
 
     # -- providers ----------------------------------------------------------------------------
 
-    async def list_providers(self) -> list[dict]:
+    async def list_providers(self) -> list[ProviderRow]:
         return await self.read(lambda c: [_decode_provider(r) for r in _rows(c.execute(
             "SELECT * FROM providers ORDER BY created, id"))])
 
-    async def get_provider(self, providerid: str) -> dict | None:
+    async def get_provider(self, providerid: str) -> ProviderRow | None:
         def run(c):
             row = _row(c.execute("SELECT * FROM providers WHERE id = ?", (providerid,)))
             return _decode_provider(row) if row else None
         return await self.read(run)
 
     async def save_provider(self, providerid: str | None, name: str, kind: str, url: str,
-                            secret: bytes | None, keep_secret: bool, data: dict) -> dict | None:
+                            secret: bytes | None, keep_secret: bool, data: dict) -> ProviderRow | None:
         """Create (providerid None) or change a provider; None when the id is unknown.
 
         With keep_secret the stored (encrypted) key stays as it is; otherwise it becomes `secret`.
@@ -764,7 +767,7 @@ class Store:
             f"SELECT count(*) FROM {table} WHERE {column} = ?", (value,)).fetchone()[0])
 
 
-def session_view(row: dict) -> dict:
+def session_view(row: SessionRow) -> dict:
     """The one shape of a session in answers and events."""
     return {"id": row["id"], "projectid": row["projectid"], "name": row["name"], "status": row["status"],
             "mode": row["mode"], "autoaccept": bool(row["autoaccept"]), "model": row["model"],

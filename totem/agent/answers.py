@@ -12,7 +12,7 @@ import contextlib
 from collections.abc import Callable
 
 from ..events import MessageCreated
-from ..store import now_ms
+from ..store import Store, now_ms
 from . import client
 from .provider_errors import ProviderError
 from .recorder import OpenPart, Recorder
@@ -31,7 +31,7 @@ from .stream import (
 class Answers:
     """Streams model answers into the parts of assistant messages."""
 
-    def __init__(self, store, hub, recorder: Recorder, registry: Callable):
+    def __init__(self, store: Store, hub, recorder: Recorder, registry: Callable):
         self.store = store
         self.hub = hub
         self.recorder = recorder

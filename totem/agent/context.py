@@ -18,6 +18,8 @@ import re
 import secrets
 from typing import Any
 
+from ..rows import MessageRow
+
 PROMPTS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "prompts")
 AGENTS_FILE = "AGENTS.md"
 MAX_AGENTS_BYTES = 32 * 1024
@@ -99,7 +101,7 @@ class RunAttachments:
         self._items: dict[str, ContentItem | None] = {}
         self.encoded = 0  # attachments encoded so far, each once
 
-    async def by_message(self, store, history: list[dict], marker: str) -> dict[str, list[ContentItem]]:
+    async def by_message(self, store, history: list[MessageRow], marker: str) -> dict[str, list[ContentItem]]:
         """The content of the attachments of each user message of `history`, by message id; an
         attachment that is no longer stored is left out."""
         result = {}
@@ -139,7 +141,7 @@ def attachment_content(attachment: dict, marker: str) -> ContentItem:
     return {"type": "text", "text": f"[attached file {name} ({mime}, {len(data)} bytes) is not text and is not shown]"}
 
 
-def user_message(message: dict, attachments: list[ContentItem]) -> dict:
+def user_message(message: MessageRow, attachments: list[ContentItem]) -> dict:
     text = "".join(part["text"] for part in message["parts"] if part["kind"] == "text")
     if not attachments:
         return {"role": "user", "content": text}
@@ -160,7 +162,7 @@ def call_arguments(data: dict) -> str:
     return "{}"
 
 
-def assistant_messages(message: dict, marker: str) -> list[dict]:
+def assistant_messages(message: MessageRow, marker: str) -> list[dict]:
     """An assistant step: its text and tool calls (with the provider's `reasoning_details` when it
     sent some, to go back with them), then one tool message per call, its result in an envelope
     with the run's marker."""
@@ -185,7 +187,7 @@ def assistant_messages(message: dict, marker: str) -> list[dict]:
     return result
 
 
-def history_messages(history: list[dict], attachments: dict[str, list[ContentItem]], marker: str) -> list[dict]:
+def history_messages(history: list[MessageRow], attachments: dict[str, list[ContentItem]], marker: str) -> list[dict]:
     """Chat messages for the stored history, in the OpenAI shape that every kind's adapter starts
     from (`attachments`: the content of each user message's files, by message id, as
     `RunAttachments.by_message` gives them).

@@ -24,7 +24,7 @@ from ..boundary import BoundaryError, is_protected_env, relative_path, resolve_i
 from ..git import repository_runs_programs
 from ..permissions import TEXT, Call, Decision, DecisionRow, Rule, ToolKind, decide, suggest_patterns
 from ..shellwords import reveal
-from ..store import now_ms
+from ..store import Store, now_ms
 from .questions import Questions
 
 
@@ -61,7 +61,7 @@ class AuditRecord(DecisionRow):
 class PermissionGate:
     """Decides tool calls and the subjects met during a call, asking the person when needed."""
 
-    def __init__(self, store, questions: Questions, kinds: Callable[[], Mapping[str, ToolKind]],
+    def __init__(self, store: Store, questions: Questions, kinds: Callable[[], Mapping[str, ToolKind]],
                  config_rules=()):
         self.store = store
         self.questions = questions

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 
 from ..boundary import real_root
 from ..events import RunError, SessionStatus
+from ..rows import PartRow
+from ..store import Store
 from ..vault import Scrubber
 from . import turns
 from .answers import Answers
@@ -66,7 +68,7 @@ class Runs:
 
     calls: ToolCalls  # made after the gate, whose `kinds` reads it when called
 
-    def __init__(self, store, hub, providers, registry, steps: int, config_rules=(), jobs=None,
+    def __init__(self, store: Store, hub, providers, registry, steps: int, config_rules=(), jobs=None,
                  scrubber=None, backoff_first_s: float = BACKOFF_FIRST_S):
         self.store = store
         self.hub = hub
@@ -116,7 +118,7 @@ class Runs:
         run.task = asyncio.create_task(self._run(run), name=f"run {sessionid}")
         return message["id"]
 
-    def open_parts(self, sessionid: str) -> list[dict]:
+    def open_parts(self, sessionid: str) -> list[PartRow]:
         """The parts of a session's run that are still open, each with its text so far."""
         return [open_part.part | {"text": open_part.text()} for open_part in self.recorder.open_parts(sessionid)]
 

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..events import PartClosed, PartCreated, PartDelta, PartUpdated
+from ..rows import PartRow
+from ..store import Store
 
 log = logging.getLogger("totem.agent")
 
@@ -34,7 +36,7 @@ FLUSH_AFTER_S = 0.75
 class OpenPart:
     """A part that is not complete yet, with its text so far."""
 
-    part: dict
+    part: PartRow
     sessionid: str
     pieces: list[str] = field(default_factory=list)
     size: int = 0  # characters of text so far
@@ -60,7 +62,7 @@ class OpenPart:
 class Recorder:
     """The open parts of every run, and their writes and events."""
 
-    def __init__(self, store, hub, flush_after_s: float = FLUSH_AFTER_S):
+    def __init__(self, store: Store, hub, flush_after_s: float = FLUSH_AFTER_S):
         self.store = store
         self.hub = hub
         self.flush_after_s = flush_after_s
