@@ -134,8 +134,9 @@ class CascadeTest(TotemCase):
             conn.execute("INSERT INTO attachments (id, sessionid, messageid, name, mime, size, data, created)"
                          " VALUES (?, ?, ?, 'a.txt', 'text/plain', 1, x'41', ?)",
                          (f"a-{sessionid}", sessionid, messageid, stamp))
-            conn.execute("INSERT INTO snapshots (id, sessionid, messageid, path, before, after, created)"
-                         " VALUES (?, ?, ?, 'a.txt', x'41', x'42', ?)", (f"s-{sessionid}", sessionid, messageid, stamp))
+            conn.execute("INSERT INTO snapshots (id, sessionid, messageid, path, before, after, tool, created)"
+                         " VALUES (?, ?, ?, 'a.txt', 'aa', 'bb', 'write', ?)",
+                         (f"s-{sessionid}", sessionid, messageid, stamp))
             conn.execute("INSERT INTO todos (sessionid, items, updated) VALUES (?, '[]', ?)", (sessionid, stamp))
             conn.execute("COMMIT")
 

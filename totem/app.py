@@ -18,6 +18,7 @@ from .agent.loop import Runs
 from .agent.providers import Providers
 from .agent.recovery import recover_changes
 from .auth import Perimeter
+from .changes import Changes
 from .config import Config, ConfigError, default_config_path, load_config
 from .events import Hub
 from .httpd import HttpServer
@@ -27,6 +28,7 @@ from .providers_service import ProvidersService
 from .routes import Router
 from .rows import PartRow
 from .sessions import Sessions
+from .snapshots import Snapshots
 from .store import Store
 from .tools import default_registry
 from .vault import Vault
@@ -44,6 +46,7 @@ class Services:
     sessions: Sessions
     projects: Projects
     providers: ProvidersService
+    changes: Changes
 
 
 class App:
@@ -59,11 +62,13 @@ class App:
         self.hub = Hub(self)  # the App is the hub's events.Replay (below)
         self.perimeter = Perimeter(config, self.store)
         self.jobs = Jobs(self.store.ids.new, provider_service.scrubber)
+        self.snapshots = Snapshots(self.store, self.hub, config.data, config.snapshotmb * 1024 * 1024)
         self.runs = Runs(self.store, self.hub, self.providers, default_registry(), config.steps, config.rules,
-                         self.jobs, provider_service.scrubber)
+                         self.jobs, provider_service.scrubber, snapshots=self.snapshots)
         sessions = Sessions(self.store, self.hub, self.runs, self.jobs, self.providers)
-        self.services = Services(sessions=sessions, projects=Projects(self.store, sessions),
-                                 providers=provider_service)
+        self.services = Services(sessions=sessions, projects=Projects(self.store, sessions, self.snapshots),
+                                 providers=provider_service,
+                                 changes=Changes(self.store, self.hub, self.snapshots, self.runs))
         self.router = Router(self, static_dir)
         self.http = HttpServer(self.router.handle, config.headtimeout, config.bodytimeout, config.keepalive,
                                config.writetimeout)
@@ -104,6 +109,7 @@ class App:
     async def stop(self) -> None:
         await self.runs.stop_all()
         await self.jobs.stop_all()
+        await self.snapshots.close()
         await self.hub.close_all()
         await self.http.stop()
         await self.store.close()

@@ -124,6 +124,7 @@ KEYS = (
     Key("wsqueuebytes", _int_range(65_536, 1 << 30), str(8 << 20)),
     Key("wsping", _int_range(1, 3600), "20"),
     Key("steps", _int_range(1, 1000), "50"),
+    Key("snapshotmb", _int_range(16, 1 << 20), "1024"),
 )
 
 
@@ -154,6 +155,7 @@ class Config:
     wsqueuebytes: int
     wsping: int
     steps: int
+    snapshotmb: int
     rules: tuple = ()  # global permission rules of [rules]: (tool, pattern, action)
 
     def replace(self, **changes) -> Config:

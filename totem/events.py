@@ -124,6 +124,8 @@ class PermissionAsk(Event):
     reason: str = ""
     folder: str = ""
     commands: list[dict[str, Any]] = field(default_factory=list)  # [{"command", "shown", "patterns"}]
+    # What a file tool would change: [{path, status, additions, deletions, patch}] (or {error}).
+    preview: list[dict[str, Any]] = field(default_factory=list)
     TYPE: ClassVar[str] = "permission.ask"
 
 
@@ -181,6 +183,12 @@ class DiffUpdated(Event):
 
     def data(self) -> dict[str, Any]:
         return {"path": self.path} if self.paths is None else {"paths": self.paths}
+
+    @classmethod
+    def of(cls, sessionid: str, paths: list[str]) -> DiffUpdated:
+        """`{path}` for one file, `{paths}` for several (each once, in order)."""
+        unique = list(dict.fromkeys(paths))
+        return cls(sessionid, path=unique[0]) if len(unique) == 1 else cls(sessionid, paths=unique)
 
 
 @dataclass(frozen=True)

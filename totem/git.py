@@ -203,6 +203,60 @@ async def run_git(folder: str, *args: str, timeout: float = GIT_TIMEOUT_S) -> tu
     return result.returncode, result.stdout, result.stderr
 
 
+async def unignored_files(root: str, shadow: str, pathspecs: tuple[str, ...] = (),
+                          timeout: float = GIT_TIMEOUT_S) -> list[str] | None:
+    """The files under `root` that its `.gitignore` files (and `.git/info/exclude`) do not
+    ignore, relative with `/`; None when git is not installed.
+
+    git reads the ignore files of the folder, not its repository: the repository given is
+    `shadow`, an empty one in Totem's data folder (created here when missing), so a folder
+    without git works the same and nothing of the project's own `.git` is read or run. A
+    folder holding its own `.git` (a nested repository) is listed as that folder alone and
+    dropped. `pathspecs` narrow the listing (`:(glob)dir/*`: the files of one folder).
+    Raises GitError when git fails or takes too long.
+    """
+    if not os.path.isdir(os.path.join(shadow, "objects")):
+        try:
+            code, _out, err = await _run_plain(root, ["init", "--quiet", "--bare", shadow], timeout)
+        except FileNotFoundError:
+            return None
+        if code != 0:
+            raise GitError("git init of the snapshot index failed: " + err.decode("utf-8", "replace")[:300])
+    exclude = os.path.join(root, ".git", "info", "exclude")
+    args = ["--git-dir", shadow, "--work-tree", root]
+    if os.path.isfile(exclude):
+        args += ["-c", f"core.excludesFile={exclude}"]
+    args += ["ls-files", "-z", "--others", "--exclude-standard", "--", *pathspecs]
+    try:
+        code, out, err = await _run_plain(root, args, timeout)
+    except FileNotFoundError:
+        return None
+    if code != 0:
+        raise GitError("git ls-files failed: " + err.decode("utf-8", "replace").strip()[:300])
+    if len(out) >= MAX_GIT_OUTPUT_BYTES:
+        raise GitError(f"the folder lists more than {MAX_GIT_OUTPUT_BYTES} bytes of file names")
+    names = out.decode("utf-8", "surrogateescape").split("\0")
+    return [name for name in names if name and not name.endswith("/")]
+
+
+async def _run_plain(cwd: str, args: list[str], timeout: float) -> tuple[int, bytes, bytes]:
+    """git with Totem's own repository (never the folder's): nothing to vet, same safeguards.
+    Raises FileNotFoundError when git is missing, GitError on a timeout."""
+    try:
+        result = await run_process(
+            ["git", *SAFE_OPTIONS, *args], cwd=cwd, env=git_environment(), timeout_s=timeout,
+            stdout_cap=MAX_GIT_OUTPUT_BYTES, stderr_cap=MAX_GIT_ERROR_BYTES, kill_grace_s=GIT_KILL_GRACE_S)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise GitError(f"git could not start: {exc.strerror or exc}") from None
+    if result.timed_out:
+        raise GitError(f"git took longer than {timeout:g} s")
+    if result.returncode is None:
+        raise GitError("git did not end")
+    return result.returncode, result.stdout, result.stderr
+
+
 def parse_status(output: bytes) -> tuple[str | None, list[dict]]:
     """Branch and files from `git status --porcelain=v1 -z --branch`."""
     entries = output.decode("utf-8", "replace").split("\0")

@@ -41,9 +41,10 @@ def project_view(row: ProjectRow) -> Project:
 class Projects:
     """The folders that Totem works in."""
 
-    def __init__(self, store: Store, sessions):
+    def __init__(self, store: Store, sessions, snapshots=None):
         self.store = store
         self.sessions = sessions  # sessions.Sessions, for the cascade of a removal
+        self.snapshots = snapshots  # snapshots.Snapshots: a forgotten project's kept contents go
 
     async def get(self, projectid: str) -> ProjectRow:
         """The stored row of a project. Raises NotFound."""
@@ -76,6 +77,8 @@ class Projects:
         for session in sessions:
             await self.sessions.wind_down(session["id"])
         await self.store.remove_project(project["id"])  # the sessions' rows go with it
+        if self.snapshots is not None:
+            await asyncio.to_thread(self.snapshots.forget_project, project["id"])
         for session in sessions:
             self.sessions.announce_removed(session)
         return project["id"]

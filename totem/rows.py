@@ -29,6 +29,7 @@ class SessionRow(TypedDict):
     created: int
     updated: int
     error: str | None
+    redo: str | None  # JSON of what the last undo took away, for redo
 
 
 class PartRow(TypedDict):
@@ -53,6 +54,7 @@ class MessageRow(TypedDict):
     data: dict
     created: int
     finished: int | None
+    reverted: bool  # taken back by an undo: shown dimmed, never sent to the model
     parts: NotRequired[list[PartRow]]  # in a page of messages and a history
 
 
@@ -92,3 +94,19 @@ class ProviderRow(TypedDict):
     data: dict
     created: int
     updated: int
+
+
+class SnapshotRow(TypedDict):
+    """One file changed by a part (or by the person's Save as)."""
+
+    id: str
+    sessionid: str
+    messageid: str | None
+    partid: str | None
+    path: str  # relative to the session's folder
+    before: str | None  # SHA-256 of the content before; None: no file; "": not kept (note)
+    after: str | None
+    tool: str  # write, edit, patch, bash, job, saveas
+    note: str
+    reverted: bool
+    created: int

@@ -26,6 +26,7 @@ __all__ = ["DEFAULT_SESSION_NAME", "DEFAULT_SESSION_PAGE", "MODES", "REASONING_L
 DEFAULT_SESSION_NAME = "New session"
 MODES = ("build", "plan")
 DEFAULT_SESSION_PAGE = 100
+MAX_FORK_NAME_CHARS = 200
 # A page of Sessions|messages ends once it holds about this much stored text and data (a single
 # message that is bigger still comes, alone): twenty clients that asked for a 26 MB page and did
 # not read it held 1.1 GB (issue 11).
@@ -162,6 +163,12 @@ class Sessions:
             await self.providers.target(model)  # an unknown provider or model reference is refused now
         except ModelError as exc:
             raise BadRequest(("model", exc.message)) from None
+        if self.runs.is_running(session["id"]):
+            raise BadRequest(("session", "the session is running; wait for it to finish or abort it"))
+        if await self.store.drop_reverted(session["id"]):
+            # A new prompt goes on from what was not undone: the undone messages and the redo go.
+            row = await self.get(session["id"])
+            self.hub.publish(SessionUpdated(row["id"], session_view(row)))
         project = await self.store.get_project(session["projectid"])
         prompt = Prompt(text=text, model=model, mode=mode, autoaccept=autoaccept, reasoning=reasoning,
                         attachments=files)
@@ -169,6 +176,18 @@ class Sessions:
             return await self.runs.start_prompt(session, project, prompt)
         except RunRefused as exc:
             raise BadRequest(("session", str(exc))) from None
+
+    async def fork(self, sessionid: str, messageid: str | None = None) -> Session:
+        """A new session "NAME (fork)" with the conversation up to `messageid` (all of it
+        without one), its attachments and task list; not what an undo took back, nor a redo, a
+        question that waits or a job. Publishes session.updated. Raises NotFound."""
+        session = await self.get(sessionid)
+        name = f"{session['name']} (fork)"
+        row = await self.store.fork_session(session["id"], messageid, name[:MAX_FORK_NAME_CHARS])
+        if row is None:
+            raise NotFound(("messageid", f"no message {messageid} in this session"))
+        self.hub.publish(SessionUpdated(row["id"], session_view(row)))
+        return self.view(row)
 
     async def abort(self, sessionid: str) -> str:
         """Stop the run of a session (the questions that wait in it end rejected); returns the id.

@@ -18,7 +18,17 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from .rows import AttachmentInfo, AttachmentRow, MessageRow, PartRow, ProjectRow, ProviderRow, RuleRow, SessionRow
+from .rows import (
+    AttachmentInfo,
+    AttachmentRow,
+    MessageRow,
+    PartRow,
+    ProjectRow,
+    ProviderRow,
+    RuleRow,
+    SessionRow,
+    SnapshotRow,
+)
 
 DATABASE_FILE = "totem.db"
 READ_THREADS = 2
@@ -186,6 +196,27 @@ MIGRATIONS = (
     BEGIN
         DELETE FROM part_pieces WHERE id BETWEEN old.num << 20 AND (old.num << 20) | 1048575;
     END;
+    """,
+    # 6: snapshots as rows of hashes (the content is in the data folder, snapshots.py), with
+    # the part that made the change; messages an undo took back; the redo of a session's undo.
+    """
+    DROP TABLE snapshots;
+    CREATE TABLE snapshots (
+        id TEXT PRIMARY KEY,
+        sessionid TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        messageid TEXT REFERENCES messages(id) ON DELETE CASCADE,
+        partid TEXT,
+        path TEXT NOT NULL,
+        before TEXT,
+        after TEXT,
+        tool TEXT NOT NULL,
+        note TEXT NOT NULL DEFAULT '',
+        reverted INTEGER NOT NULL DEFAULT 0,
+        created INTEGER NOT NULL
+    );
+    CREATE INDEX snapshots_by_session ON snapshots(sessionid, id);
+    ALTER TABLE messages ADD COLUMN reverted INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE sessions ADD COLUMN redo TEXT;
     """,
 )
 
@@ -632,9 +663,10 @@ class Store:
             (model, mode, int(autoaccept), now_ms(), sessionid)))
 
     async def session_history(self, sessionid: str) -> list[MessageRow]:
-        """Every message of a session with its parts, oldest first (for the model's context)."""
+        """Every message of a session with its parts, oldest first (for the model's context);
+        none that an undo took back."""
         messages, _more = await self.list_messages(sessionid, None, 1_000_000)
-        return messages
+        return [message for message in messages if not message["reverted"]]
 
     # -- attachments --------------------------------------------------------------------------
 
@@ -757,6 +789,136 @@ class Store:
 
     # -- counts, for tests of cascading removal and for the account ------------------------
 
+    # -- snapshots ----------------------------------------------------------------------------
+
+    async def add_snapshots(self, rows: list[dict]) -> None:
+        """Record file changes: {sessionid, messageid, partid, path, before, after, tool, note}."""
+        ids = [self.ids.new() for _ in rows]
+
+        def run(c):
+            stamp = now_ms()
+            c.executemany(
+                "INSERT INTO snapshots (id, sessionid, messageid, partid, path, before, after, tool, note, created)"
+                " SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM sessions WHERE id = ?)",
+                [(newid, row["sessionid"], row["messageid"], row["partid"], row["path"], row["before"],
+                  row["after"], row["tool"], row["note"], stamp, row["sessionid"])
+                 for newid, row in zip(ids, rows, strict=True)])
+        await self.write(run)
+
+    async def session_snapshots(self, sessionid: str) -> list[SnapshotRow]:
+        """Every file change of a session, oldest first."""
+        def run(c):
+            rows = _rows(c.execute("SELECT * FROM snapshots WHERE sessionid = ? ORDER BY id", (sessionid,)))
+            for row in rows:
+                row["reverted"] = bool(row["reverted"])
+            return rows
+        return await self.read(run)
+
+    async def snapshot_digests(self, projectid: str) -> set[str]:
+        """The contents that the rows of a project's sessions name."""
+        def run(c):
+            found = set()
+            for before, after in c.execute(
+                    "SELECT before, after FROM snapshots WHERE sessionid IN "
+                    "(SELECT id FROM sessions WHERE projectid = ?)", (projectid,)):
+                found.update(value for value in (before, after) if value)
+            return found
+        return await self.read(run)
+
+    async def set_reverted(self, sessionid: str, messageids: list[str], reverted: bool,
+                           redo: str | None) -> SessionRow | None:
+        """Mark (or unmark) messages and their file changes as taken back, and set the
+        session's redo (JSON, None: none), in one transaction."""
+        def run(c):
+            flag = int(reverted)
+            for start in range(0, len(messageids), MAX_SQL_VARIABLES):
+                chunk = messageids[start:start + MAX_SQL_VARIABLES]
+                marks = ",".join("?" * len(chunk))
+                c.execute(f"UPDATE snapshots SET reverted = ? WHERE sessionid = ? AND messageid IN ({marks})",
+                          (flag, sessionid, *chunk))
+                c.execute(f"UPDATE messages SET reverted = ? WHERE sessionid = ? AND id IN ({marks})",
+                          (flag, sessionid, *chunk))
+            c.execute("UPDATE sessions SET redo = ?, updated = ? WHERE id = ?", (redo, now_ms(), sessionid))
+            return _row(c.execute("SELECT * FROM sessions WHERE id = ?", (sessionid,)))
+        return await self.write(run)
+
+    async def message_ids(self, sessionid: str, reverted: bool | None = None) -> list[str]:
+        """The ids of a session's messages, oldest first (only those taken back, or not)."""
+        if reverted is None:
+            return await self.read(lambda c: [row[0] for row in c.execute(
+                "SELECT id FROM messages WHERE sessionid = ? ORDER BY id", (sessionid,))])
+        return await self.read(lambda c: [row[0] for row in c.execute(
+            "SELECT id FROM messages WHERE sessionid = ? AND reverted = ? ORDER BY id", (sessionid, int(reverted)))])
+
+    async def drop_reverted(self, sessionid: str) -> int:
+        """Remove the messages an undo took back (their parts, attachments and file changes go
+        with them) and forget the redo; returns how many messages went."""
+        def run(c):
+            gone = c.execute("DELETE FROM messages WHERE sessionid = ? AND reverted = 1", (sessionid,)).rowcount
+            c.execute("UPDATE sessions SET redo = NULL WHERE id = ? AND redo IS NOT NULL", (sessionid,))
+            return gone
+        return await self.write(run)
+
+    async def get_parts(self, partids: list[str]) -> dict[str, PartRow]:
+        """Parts by id (those that exist), with their text."""
+        def run(c):
+            found: dict[str, PartRow] = {}
+            for start in range(0, len(partids), MAX_SQL_VARIABLES):
+                chunk = partids[start:start + MAX_SQL_VARIABLES]
+                rows = _rows(c.execute(f"SELECT * FROM parts WHERE id IN ({','.join('?' * len(chunk))})", chunk))
+                _join_pieces(c, rows)
+                found.update((row["id"], _decode_part(row)) for row in rows)
+            return found
+        return await self.read(run)
+
+    async def fork_session(self, sessionid: str, upto: str | None, name: str) -> SessionRow | None:
+        """A new session with the messages of another up to `upto` (all without), their parts
+        and attachments copied under new ids; messages an undo took back and changes that wait
+        or run are not carried. None when the session (or `upto` in it) does not exist."""
+        newid = self.ids.new()
+        new = self.ids.new
+
+        def run(c):
+            source = _row(c.execute("SELECT * FROM sessions WHERE id = ?", (sessionid,)))
+            if source is None:
+                return None
+            if upto is not None and c.execute("SELECT 1 FROM messages WHERE id = ? AND sessionid = ?",
+                                              (upto, sessionid)).fetchone() is None:
+                return None
+            stamp = now_ms()
+            c.execute("INSERT INTO sessions (id, projectid, name, mode, autoaccept, model, created, updated)"
+                      " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                      (newid, source["projectid"], name, source["mode"], source["autoaccept"], source["model"],
+                       stamp, stamp))
+            messages = _rows(c.execute(
+                "SELECT * FROM messages WHERE sessionid = ? AND reverted = 0 AND id <= ? ORDER BY id",
+                (sessionid, upto or "\uffff")))
+            for message in messages:
+                copy = new()
+                c.execute("INSERT INTO messages (id, sessionid, role, model, usage, data, created, finished)"
+                          " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                          (copy, newid, message["role"], message["model"], message["usage"], message["data"],
+                           message["created"], message["finished"] or stamp))
+                parts = _rows(c.execute("SELECT * FROM parts WHERE messageid = ? ORDER BY id", (message["id"],)))
+                _join_pieces(c, parts)
+                for part in parts:
+                    status = part["status"] if part["closed"] is not None else "error"
+                    c.execute("INSERT INTO parts (id, messageid, sessionid, kind, status, text, data, created,"
+                              " updated, closed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                              (new(), copy, newid, part["kind"], status, part["text"], part["data"],
+                               part["created"], stamp, part["closed"] or stamp))
+                for attachment in _rows(c.execute("SELECT * FROM attachments WHERE messageid = ? ORDER BY id",
+                                                  (message["id"],))):
+                    c.execute("INSERT INTO attachments (id, sessionid, messageid, name, mime, size, data, created)"
+                              " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                              (new(), newid, copy, attachment["name"], attachment["mime"],
+                               attachment["size"], attachment["data"], stamp))
+            todos = c.execute("SELECT items FROM todos WHERE sessionid = ?", (sessionid,)).fetchone()
+            if todos is not None:
+                c.execute("INSERT INTO todos (sessionid, items, updated) VALUES (?, ?, ?)", (newid, todos[0], stamp))
+            return _row(c.execute("SELECT * FROM sessions WHERE id = ?", (newid,)))
+        return await self.write(run)
+
     async def count_rows(self, table: str, column: str, value: str) -> int:
         if table not in {"sessions", "messages", "parts", "rules", "settings", "schedules",
                          "attachments", "snapshots", "todos"}:
@@ -772,7 +934,7 @@ def session_view(row: SessionRow) -> dict:
     return {"id": row["id"], "projectid": row["projectid"], "name": row["name"], "status": row["status"],
             "mode": row["mode"], "autoaccept": bool(row["autoaccept"]), "model": row["model"],
             "worktree": row["worktree"], "created": row["created"], "updated": row["updated"],
-            "error": row["error"], "redo": False}
+            "error": row["error"], "redo": bool(row["redo"])}
 
 
 def _settle(future: asyncio.Future, ok: bool, value) -> None:
@@ -785,6 +947,7 @@ def _settle(future: asyncio.Future, ok: bool, value) -> None:
 
 
 def _decode_message(row: dict) -> dict:
+    row["reverted"] = bool(row.get("reverted"))
     row["usage"] = json.loads(row["usage"]) if row.get("usage") else None
     row["data"] = json.loads(row["data"]) if row.get("data") else {}
     return row

@@ -12,9 +12,13 @@ the recorder, the questions and the todo event.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 
 from ..events import TodoUpdated
+from ..git import GitError
+from ..permissions import COMMAND
+from ..snapshots import Prior, Scope, Snapshots, Window, planned_diff
 from ..store import now_ms
 from ..tools import OutsideProject, ToolContext, ToolError
 from .gate import Asker, PermissionGate
@@ -24,11 +28,15 @@ from .stream import ToolCall
 MAX_TOOL_OUTPUT_CHARS = 50_000
 JOURNAL_TIMEOUT_S = 30.0  # a store that cannot take the journal in this time fails the change
 
+log = logging.getLogger("totem.calls")
+
 
 class ToolCalls:
     """Runs the tool calls of every run."""
 
-    def __init__(self, registry, gate: PermissionGate, recorder: Recorder, store, hub, scrubber, jobs=None):
+    def __init__(self, registry, gate: PermissionGate, recorder: Recorder, store, hub, scrubber, jobs=None,
+                 snapshots: Snapshots | None = None):
+        self.snapshots = snapshots
         self.registry = registry
         self.gate = gate
         self.recorder = recorder
@@ -40,7 +48,7 @@ class ToolCalls:
     async def run(self, asker: Asker, open_part: OpenPart, call: ToolCall) -> None:
         """Run one call to its end; the part ends done, error or denied (never raises ToolError)."""
         data = open_part.data
-        ctx = self._context(asker, open_part)
+        ctx = ToolContext(root=asker.root, sessionid=asker.sessionid)  # for the subjects alone
         outside = None
         try:
             tool, args = self.registry.parse_arguments(call.name, call.arguments)
@@ -57,7 +65,8 @@ class ToolCalls:
         data["subjects"] = list(subjects)
         data["decision"] = await self.gate.settle(
             asker, tool.name, subjects, args, outside=outside is not None,
-            before_ask=lambda: self.recorder.update(open_part, "pending"))
+            before_ask=lambda: self.recorder.update(open_part, "pending"),
+            preview=lambda: self._preview(tool, args, ctx))
         if data["decision"].get("reply") == "reject":
             data["decision"]["reason"] = "the person rejected this call"
         if data["decision"]["action"] == "deny":
@@ -67,19 +76,77 @@ class ToolCalls:
             return
         data["started"] = now_ms()
         await self.recorder.update(open_part, "running")
+        scope = Scope(asker.sessionid, asker.projectid, asker.root, open_part.part["messageid"],
+                      open_part.id, tool.name)
+        window = await self._begin_command(tool, args, scope)
+        priors: dict[str, Prior] = {}
+        ctx = self._context(asker, open_part, scope, priors)
         try:
             result = await tool.run(args, ctx)
         except ToolError as exc:
             data["error"] = self.scrubber().scrub(str(exc))
+            await self._record(open_part, scope, priors, window, None)
             await self.recorder.close(open_part, "error")
             return
+        except BaseException:
+            await asyncio.shield(self._record(open_part, scope, priors, window, None))
+            raise
+        await self._record(open_part, scope, priors, window, result.data.get("job"))
         output = self.scrubber().scrub(result.output)
         if len(output) > MAX_TOOL_OUTPUT_CHARS:
             output = output[:MAX_TOOL_OUTPUT_CHARS] + f"\n[output cut at {MAX_TOOL_OUTPUT_CHARS} characters]"
         data.update({"output": output, "title": result.title, "result": result.data, "finished": now_ms()})
         await self.recorder.close(open_part, "done")
 
-    def _context(self, asker: Asker, open_part: OpenPart) -> ToolContext:
+    async def _preview(self, tool, args: dict, ctx: ToolContext) -> list[dict]:
+        """What the call would change, as the question shows it (nothing is applied)."""
+        try:
+            planned = await asyncio.to_thread(tool.preview, args, ctx)
+        except ToolError as exc:
+            return [{"error": self.scrubber().scrub(str(exc))}]
+        return [self.scrubbed(planned_diff(change)) for change in planned or ()]
+
+    def scrubbed(self, entry: dict) -> dict:
+        return entry | {"patch": self.scrubber().scrub(entry["patch"])}
+
+    async def _begin_command(self, tool, args: dict, scope: Scope) -> Window | None:
+        """Capture the tree before a command, so that what it changes can be taken back; a
+        tree that cannot be captured (git failing) leaves the command unrecorded, said in the
+        part."""
+        if self.snapshots is None or tool.kind.subject != COMMAND:
+            return None
+        try:
+            return await self.snapshots.begin_command(scope, job=bool(args.get("background")))
+        except (GitError, OSError) as exc:
+            log.warning("no snapshot of %s before a command: %s", scope.root, exc)
+            return None
+
+    async def _record(self, open_part: OpenPart, scope: Scope, priors: dict[str, Prior],
+                      window: Window | None, jobid: str | None) -> None:
+        """Record the files the call changed: the kept content of the file tools' targets, or
+        the tree after a command (after its job, for one in the background)."""
+        if self.snapshots is None:
+            return
+        try:
+            if priors:
+                changed = await self.snapshots.record_files(scope, priors)
+            elif window is not None and jobid is not None and self.jobs is not None:
+                job = self.jobs.get(scope.sessionid, jobid)
+                if job.task is not None:
+                    self.snapshots.end_with(window, job.task)
+                return
+            elif window is not None:
+                changed = await self.snapshots.end_command(window)
+            else:
+                return
+        except (GitError, OSError) as exc:
+            log.warning("the changes of %s were not recorded: %s", scope.partid, exc)
+            open_part.data["snapshot"] = {"error": f"the changes were not recorded: {exc}"}
+            return
+        if changed:
+            open_part.data["changed"] = changed
+
+    def _context(self, asker: Asker, open_part: OpenPart, scope: Scope, priors: dict[str, Prior]) -> ToolContext:
         sessionid, root = asker.sessionid, asker.root
 
         async def ask(text: str, options: list[str]) -> str:
@@ -112,6 +179,9 @@ class ToolCalls:
             async def record() -> None:
                 open_part.data["journal"] = open_part.data.get("journal", []) + entries
                 await self.recorder.update(open_part, "running")
+            if self.snapshots is not None:  # what is there now, before the change
+                fresh = [entry["path"] for entry in entries if entry["path"] not in priors]
+                priors.update(self.snapshots.keep_before(scope.projectid, scope.root, fresh))
             try:
                 asyncio.run_coroutine_threadsafe(record(), loop).result(JOURNAL_TIMEOUT_S)
             except Exception as exc:

@@ -89,7 +89,8 @@ class PermissionGate:
 
     async def settle(self, asker: Asker, tool: str, subjects: tuple[str, ...], args: dict, *,
                      outside: bool = False, always_ask: str | None = None,
-                     before_ask: Callable[[], Awaitable[None]] | None = None) -> AuditRecord:
+                     before_ask: Callable[[], Awaitable[None]] | None = None,
+                     preview: Callable[[], Awaitable[list[dict]]] | None = None) -> AuditRecord:
         """Decide, ask the person when the decision is ask (or always, with `always_ask` saying
         why), store what "always" chose; returns the audit record, whose `action` is allow or
         deny once settled. A rejected question ends as deny with `reply: reject`."""
@@ -103,10 +104,11 @@ class PermissionGate:
         commands = [] if always_ask else asked(decision, call)
         if before_ask is not None:
             await before_ask()
+        shown = await preview() if preview is not None else []
         reply, chosen = await self.questions.permission(
             asker.sessionid, tool, args | ({"note": always_ask} if always_ask else {}),
             list(dict.fromkeys(p for item in commands for p in item["patterns"])), commands=commands,
-            reason=record["reason"], folder=asker.root)
+            reason=record["reason"], folder=asker.root, preview=shown)
         record.update({"action": "deny" if reply == "reject" else "allow", "by": "person", "reply": reply,
                        "answered": now_ms()})
         if reply == "always" and not always_ask:

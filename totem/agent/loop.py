@@ -69,7 +69,7 @@ class Runs:
     calls: ToolCalls  # made after the gate, whose `kinds` reads it when called
 
     def __init__(self, store: Store, hub, providers, registry, steps: int, config_rules=(), jobs=None,
-                 scrubber=None, backoff_first_s: float = BACKOFF_FIRST_S):
+                 scrubber=None, backoff_first_s: float = BACKOFF_FIRST_S, snapshots=None):
         self.store = store
         self.hub = hub
         self.providers = providers
@@ -82,7 +82,7 @@ class Runs:
         self.recorder = Recorder(store, hub)
         self.gate = PermissionGate(store, self.questions, kinds, config_rules)
         self.calls = ToolCalls(registry, self.gate, self.recorder, store, hub,
-                               scrubber or Scrubber.empty, jobs)
+                               scrubber or Scrubber.empty, jobs, snapshots)
         self.answers = Answers(store, hub, self.recorder, lambda: self.calls.registry)
 
     @property

@@ -40,7 +40,7 @@ class Questions:
 
     async def permission(self, sessionid: str, tool: str, args: dict, patterns: list[str], *,
                          commands: list[dict] | None = None, reason: str = "",
-                         folder: str = "") -> tuple[str, list[str]]:
+                         folder: str = "", preview: list[dict] | None = None) -> tuple[str, list[str]]:
         """Ask whether a tool call may run; returns (reply, the patterns to always allow).
 
         `commands`: per subject that needs an answer, `{command, shown, patterns}`; "always"
@@ -50,7 +50,8 @@ class Questions:
         commands = commands or []
         waiting = _Waiting(sessionid, "permission", asyncio.get_running_loop().create_future(),
                            patterns, tool, commands)
-        waiting.event = PermissionAsk(sessionid, askid, tool, args, patterns, reason, folder, commands)
+        waiting.event = PermissionAsk(sessionid, askid, tool, args, patterns, reason, folder, commands,
+                                      preview or [])
         self._waiting[askid] = waiting
         self.hub.publish(waiting.event)
         try:

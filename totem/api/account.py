@@ -22,8 +22,8 @@ CAPABILITIES = {
     "schedules": False,  # Schedules|...: not yet
     "mcp": False,  # POST /$mcp/ and the MCP client: not yet (config.ini's mcp does nothing yet)
     "worktrees": False,  # sessions_create worktree, Sessions|worktreemerge, worktreediscard: not yet
-    "undo": False,  # Sessions|undo, redo and diff, snapshots: not yet
-    "fork": False,  # Sessions|fork: not yet
+    "undo": True,  # Sessions|undo, redo and diff, over the snapshots of every change
+    "fork": True,  # Sessions|fork
     "commands": False,  # Projects|commands (.totem/commands and agents): not yet
     "forge": False,  # Total.js knowledge, Forge docs and MCP: not yet (forge* keys do nothing yet)
 }

@@ -219,6 +219,52 @@ async def stop_job(ctx):
     return await ctx.services.sessions.stop_job(ctx.id, jobid)
 
 
+async def undo_session(ctx):
+    await require_session(ctx)
+    body = await ctx.body(("messageid", "force"))
+    messageid = body.text("messageid", required=True, max_chars=64)
+    force = body.boolean("force")
+    body.done()
+    return await ctx.services.changes.undo(ctx.id, messageid, bool(force))
+
+
+async def redo_session(ctx):
+    await require_session(ctx)
+    body = await ctx.body(("force",))
+    force = body.boolean("force")
+    body.done()
+    return await ctx.services.changes.redo(ctx.id, bool(force))
+
+
+async def diff_session(ctx):
+    await require_session(ctx)
+    ctx.params(()).done()
+    return await large_json_response(await ctx.services.changes.diff(ctx.id), MESSAGE_PAGE_DEPTH)
+
+
+async def fork_session(ctx):
+    await require_session(ctx)
+    body = await ctx.body(("messageid",))
+    messageid = body.text("messageid", max_chars=64)
+    body.done()
+    return await ctx.services.sessions.fork(ctx.id, messageid)
+
+
+MAX_SAVE_PATH_CHARS = 4096
+MAX_SAVE_CHARS = 5 * 1024 * 1024  # the write limit; the service counts its bytes
+
+
+async def save_as(ctx):
+    await require_session(ctx)
+    body = await ctx.body(("messageid", "path", "text", "replace"))
+    messageid = body.text("messageid", required=True, max_chars=64)
+    path = body.text("path", required=True, max_chars=MAX_SAVE_PATH_CHARS)
+    text = body.text("text", required=True, max_chars=MAX_SAVE_CHARS, strip=False, allow_empty=True)
+    replace = body.boolean("replace")
+    body.done()
+    return await ctx.services.changes.save_as(ctx.id, messageid, path, text, bool(replace))
+
+
 ACTIONS = (
     Action("sessions", "Sessions|list", list_sessions, mcp=True),
     Action("sessions_create", "Sessions|create", create_session, changes=True, mcp=True),
@@ -232,4 +278,9 @@ ACTIONS = (
     Action("sessions_todos", "Sessions|todos", list_todos, takes_id=True),
     Action("sessions_jobs", "Sessions|jobs", list_jobs, takes_id=True),
     Action("sessions_jobstop", "Sessions|jobstop", stop_job, changes=True, takes_id=True),
+    Action("sessions_undo", "Sessions|undo", undo_session, changes=True, takes_id=True),
+    Action("sessions_redo", "Sessions|redo", redo_session, changes=True, takes_id=True),
+    Action("sessions_diff", "Sessions|diff", diff_session, takes_id=True, mcp=True),
+    Action("sessions_fork", "Sessions|fork", fork_session, changes=True, takes_id=True),
+    Action("sessions_saveas", "Sessions|saveas", save_as, changes=True, takes_id=True),
 )

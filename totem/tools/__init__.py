@@ -89,6 +89,12 @@ class Tool:
         """Do the work. Raises ToolError with a message for the model."""
         raise NotImplementedError
 
+    def preview(self, args: dict, ctx: ToolContext) -> list | None:
+        """The changes the call would make (tools.files.Planned), computed by the same code as
+        `run` with nothing written, for the question that asks before it; None for a tool that
+        shows none. Blocks. Raises ToolError when the call would fail."""
+        return None
+
     def spec(self) -> dict:
         """This tool in the OpenAI `tools` array."""
         return {"type": "function", "function": {

@@ -48,16 +48,37 @@ class EditTool(Tool):
         return [files.target_subject(ctx, args["path"])]
 
     async def run(self, args: dict, ctx: ToolContext) -> ToolResult:
-        if args["old"] == "":
-            raise ToolError("old is empty; give the exact text to replace (use write to create "
-                            "a file or replace all of it)")
-        if args["old"] == args["new"]:
-            raise ToolError("old and new are the same text; nothing to change")
         return await asyncio.to_thread(_edit, ctx, args["path"], args["old"], args["new"],
                                        bool(args.get("replace_all")))
 
 
+    def preview(self, args: dict, ctx: ToolContext) -> list[files.Planned]:
+        absolute, shown, existing, data, _lines = _plan(ctx, args["path"], args["old"], args["new"],
+                                                        bool(args.get("replace_all")))
+        return [files.Planned(shown, existing.data, data)]
+
+
 def _edit(ctx: ToolContext, path: str, old: str, new: str, replace_all: bool) -> ToolResult:
+    absolute, shown, _existing, data, lines = _plan(ctx, path, old, new, replace_all)
+    temp = files.new_temp_name()
+    files.journal(ctx, [files.change_entry(shown, data, temp)])
+    files.write_atomic(ctx.root, absolute, data, shown, temp=temp)
+    count = len(lines)
+    where = f"line {lines[0]}" if count == 1 else f"lines {_numbers(lines)}"
+    summary = f"edited {shown}: replaced {count} occurrence{'' if count == 1 else 's'} at {where}"
+    return ToolResult(summary, title=f"{shown} (edited)",
+                      data={"path": shown, "replacements": count, "lines": lines})
+
+
+def _plan(ctx: ToolContext, path: str, old: str, new: str,
+          replace_all: bool) -> tuple[str, str, files.Existing, bytes, list[int]]:
+    """What the edit would write: (target, shown name, the file now, its new bytes, the line of
+    each replacement). Changes nothing. Raises ToolError."""
+    if old == "":
+        raise ToolError("old is empty; give the exact text to replace (use write to create "
+                        "a file or replace all of it)")
+    if old == new:
+        raise ToolError("old and new are the same text; nothing to change")
     absolute = files.resolve_target(ctx, path)
     shown = display_path(ctx, absolute)
     existing = files.read_existing(ctx.root, absolute, shown)
@@ -85,14 +106,7 @@ def _edit(ctx: ToolContext, path: str, old: str, new: str, replace_all: bool) ->
         raise ToolError("the replacement leaves the file as it is; nothing to change")
     data = content.encode(changed)
     files.check_size(len(data), shown)
-    temp = files.new_temp_name()
-    files.journal(ctx, [files.change_entry(shown, data, temp)])
-    files.write_atomic(ctx.root, absolute, data, shown, temp=temp)
-    count = len(starts)
-    where = f"line {lines[0]}" if count == 1 else f"lines {_numbers(lines)}"
-    summary = f"edited {shown}: replaced {count} occurrence{'' if count == 1 else 's'} at {where}"
-    return ToolResult(summary, title=f"{shown} (edited)",
-                      data={"path": shown, "replacements": count, "lines": lines})
+    return absolute, shown, existing, data, lines
 
 
 def _in_style(text: str, newline: str) -> str:

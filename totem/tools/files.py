@@ -78,6 +78,16 @@ class Existing:
 
 
 @dataclass(frozen=True)
+class Planned:
+    """A change a tool would make, as its preview shows it: the file, its bytes now and after
+    (None: no file)."""
+
+    path: str
+    before: bytes | None
+    after: bytes | None
+
+
+@dataclass(frozen=True)
 class Text:
     """The decoded content of a file, with what must survive a change."""
 

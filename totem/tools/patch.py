@@ -75,6 +75,9 @@ class PatchTool(Tool):
     async def run(self, args: dict, ctx: ToolContext) -> ToolResult:
         return await asyncio.to_thread(_apply, ctx, args["patch"])
 
+    def preview(self, args: dict, ctx: ToolContext) -> list[files.Planned]:
+        return preview_of(ctx, args["patch"])
+
 
 @dataclass
 class Line:
@@ -390,7 +393,8 @@ class _Delete:
     original: files.Existing
 
 
-def _apply(ctx: ToolContext, text: str) -> ToolResult:
+def _planned(ctx: ToolContext, text: str) -> tuple[list[_Write], list[_Delete], list[dict]]:
+    """What the patch would write and delete, and the report of each file. Changes nothing."""
     sections = parse_patch(text)
     writes: list[_Write] = []
     deletes: list[_Delete] = []
@@ -407,6 +411,17 @@ def _apply(ctx: ToolContext, text: str) -> ToolResult:
             seen[absolute] = shown
             targets[path] = (absolute, shown)
         report.append(_plan(ctx, section, targets, writes, deletes))
+    return writes, deletes, report
+
+
+def preview_of(ctx: ToolContext, text: str) -> list[files.Planned]:
+    writes, deletes, _report = _planned(ctx, text)
+    return ([files.Planned(step.shown, step.original.data if step.original else None, step.data) for step in writes]
+            + [files.Planned(step.shown, step.original.data, None) for step in deletes])
+
+
+def _apply(ctx: ToolContext, text: str) -> ToolResult:
+    writes, deletes, report = _planned(ctx, text)
     _write_all(ctx, writes, deletes)
     added = sum(entry["added"] for entry in report)
     removed = sum(entry["removed"] for entry in report)

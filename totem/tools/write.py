@@ -39,6 +39,14 @@ class WriteTool(Tool):
         return await asyncio.to_thread(_write, ctx, args["path"], content)
 
 
+    def preview(self, args: dict, ctx: ToolContext) -> list[files.Planned]:
+        absolute = files.resolve_target(ctx, args["path"])
+        shown = display_path(ctx, absolute)
+        data = files.encode_new(args["content"], shown)
+        existing = files.read_existing(ctx.root, absolute, shown)
+        return [files.Planned(shown, existing.data if existing else None, data)]
+
+
 def _write(ctx: ToolContext, path: str, content: str) -> ToolResult:
     absolute = files.resolve_target(ctx, path)
     shown = display_path(ctx, absolute)

@@ -1,0 +1,193 @@
+"""The use cases of a session's file changes: diff, undo, redo and the person's Save as.
+
+Owns what each means, whoever calls it (the REST API; the MCP route's Sessions_diff later): the
+checks (nothing is undone while the session runs; Save as stays inside the project, never in
+`.git` or a protected secret file, and replaces a file only when told to), the restore through
+`snapshots.py`, the writes (messages taken back, the redo), and the events after them
+(`diff.updated`, `session.updated`).
+
+Undo restores, for each file that the message and the later ones changed, its content before
+the first of those changes; a file whose content is not what Totem left is a conflict, left as
+it is unless `force`. Redo puts back what the last undo replaced (one level); a new prompt
+forgets it (Sessions.prompt drops the messages taken back).
+
+Must not: parse HTTP, or restore files any other way than `Snapshots.restore`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+
+from . import boundary
+from .errors import BadRequest, Conflict, NotFound
+from .events import DiffUpdated, SessionUpdated
+from .rows import SessionRow, SnapshotRow
+from .snapshots import Scope, Snapshots
+from .store import Store, session_view
+from .tools import ToolError, files as file_io
+
+MAX_SAVE_BYTES = file_io.MAX_WRITE_BYTES
+
+
+class Changes:
+    """What the agent changed in the files of a session, and taking it back."""
+
+    def __init__(self, store: Store, hub, snapshots: Snapshots, runs):
+        self.store = store
+        self.hub = hub
+        self.snapshots = snapshots
+        self.runs = runs  # agent.loop.Runs: whether a session runs, its waiting questions
+
+    async def _session(self, sessionid: str) -> tuple[SessionRow, str, str]:
+        """The session, its project id and the folder it works in. Raises NotFound."""
+        session = await self.store.get_session(sessionid)
+        if session is None:
+            raise NotFound(("id", f"no session {sessionid}"))
+        project = await self.store.get_project(session["projectid"])
+        if project is None:
+            raise NotFound(("id", f"no project of session {sessionid}"))
+        return session, project["id"], boundary.real_root(session["worktree"] or project["path"])
+
+    def _refuse_running(self, session: SessionRow, action: str) -> None:
+        if session["status"] == "running" or self.runs.is_running(session["id"]):
+            raise Conflict(("session", f"the session is running; stop it (abort) or wait before {action}"))
+
+    # -- reading ----------------------------------------------------------------------------
+
+    async def diff(self, sessionid: str) -> list[dict]:
+        """`[{path, status, additions, deletions, patch, changes}]`: each file the session
+        changed (and that differs now), from before its first change to the disk now, with the
+        audit of each change: who asked (message, part, tool), what allowed it, when, and what
+        it produced. Raises NotFound."""
+        _session, projectid, root = await self._session(sessionid)
+        rows = [row for row in await self.store.session_snapshots(sessionid) if not row["reverted"]]
+        first: dict[str, str | None] = {}
+        for row in rows:
+            first.setdefault(row["path"], row["before"])
+        files = await asyncio.to_thread(
+            lambda: [found for path, before in first.items()
+                     if (found := self.snapshots.file_diff(projectid, root, path, before)) is not None])
+        audit = await self._audit(rows)
+        for entry in files:
+            entry["changes"] = audit.get(entry["path"], [])
+        return files
+
+    async def _audit(self, rows: list[SnapshotRow]) -> dict[str, list[dict]]:
+        parts = await self.store.get_parts(sorted({row["partid"] for row in rows if row["partid"]}))
+        audit: dict[str, list[dict]] = {}
+        for row in rows:
+            part = parts.get(row["partid"] or "")
+            data = part["data"] if part else {}
+            decision = data.get("decision") or {}
+            allowed = ({"by": "person", "reason": "the person's own Save as"} if row["tool"] == "saveas" else
+                       {key: decision[key] for key in ("by", "reason", "rule", "reply", "at") if key in decision})
+            audit.setdefault(row["path"], []).append({
+                "id": row["id"], "messageid": row["messageid"], "partid": row["partid"], "tool": row["tool"],
+                "created": row["created"], "before": row["before"], "after": row["after"],
+                "note": row["note"], "allowed": allowed,
+                "result": (data.get("title") or data.get("error") or "") if part else ""})
+        return audit
+
+    # -- undo and redo ----------------------------------------------------------------------
+
+    async def undo(self, sessionid: str, messageid: str, force: bool = False) -> dict:
+        """Take back a message and the later ones: their files restored (conflicts listed, not
+        clobbered unless `force`), the messages marked reverted, a redo kept. Raises NotFound,
+        Conflict (the session runs)."""
+        session, projectid, root = await self._session(sessionid)
+        self._refuse_running(session, "undoing")
+        messages = await self.store.message_ids(sessionid)
+        if messageid not in messages:
+            raise NotFound(("messageid", f"no message {messageid} in this session"))
+        already = set(await self.store.message_ids(sessionid, reverted=True))
+        taken = [mid for mid in messages if mid >= messageid and mid not in already]
+        rows = [row for row in await self.store.session_snapshots(sessionid)
+                if not row["reverted"] and row["messageid"] is not None and row["messageid"] in taken]
+        targets = _targets(rows, want="before", expect="after")
+        done = await asyncio.to_thread(self.snapshots.restore, projectid, root, targets, force)
+        redo = {"messages": taken, "files": [
+            {"path": path, "restored": _want(targets, path), "kept": done.kept.get(path)}
+            for path in done.restored]}
+        row = await self.store.set_reverted(sessionid, taken, True, json.dumps(redo))
+        self._announce(sessionid, row, done.restored)
+        return {"messageid": messageid, "reverted": taken, "restored": done.restored,
+                "conflicts": done.conflicts, "lost": done.lost}
+
+    async def redo(self, sessionid: str, force: bool = False) -> dict:
+        """Put back what the last undo took away. Raises NotFound, BadRequest (nothing to
+        redo), Conflict (the session runs)."""
+        session, projectid, root = await self._session(sessionid)
+        self._refuse_running(session, "redoing")
+        if not session["redo"]:
+            raise BadRequest(("session", "there is nothing to redo"))
+        redo = json.loads(session["redo"])
+        targets = [{"path": item["path"], "want": item["kept"], "expect": item["restored"]}
+                   for item in redo["files"]]
+        done = await asyncio.to_thread(self.snapshots.restore, projectid, root, targets, force)
+        row = await self.store.set_reverted(sessionid, redo["messages"], False, None)
+        self._announce(sessionid, row, done.restored)
+        return {"messages": redo["messages"], "restored": done.restored, "conflicts": done.conflicts,
+                "lost": done.lost}
+
+    def _announce(self, sessionid: str, row: SessionRow | None, paths: list[str]) -> None:
+        if paths:
+            self.hub.publish(DiffUpdated.of(sessionid, paths))
+        if row is not None:
+            self.hub.publish(SessionUpdated(sessionid, session_view(row)))
+
+    # -- Save as ----------------------------------------------------------------------------
+
+    async def save_as(self, sessionid: str, messageid: str, path: str, text: str, replace: bool = False) -> dict:
+        """The person saves a code block of a message as a file: `{path, created, bytes}`. The
+        old content is kept, for Undo of that message. Raises NotFound, BadRequest (outside,
+        .git, a secret file, a folder, too big), Conflict (the file exists and `replace` is
+        not set)."""
+        _session, projectid, root = await self._session(sessionid)
+        if messageid not in await self.store.message_ids(sessionid):
+            raise NotFound(("messageid", f"no message {messageid} in this session"))
+        try:
+            absolute = boundary.resolve_for_write(root, path)
+        except boundary.BoundaryError as exc:
+            raise BadRequest(("path", str(exc))) from None
+        relative = boundary.relative_path(root, absolute)
+        if boundary.is_protected_env(relative):
+            raise BadRequest(("path", f"{relative} is a protected secret file; Save as never writes one"))
+        data = text.encode("utf-8", "surrogatepass")
+        if len(data) > MAX_SAVE_BYTES:
+            raise BadRequest(("text", f"is {len(data)} bytes, over the limit of {MAX_SAVE_BYTES}"))
+        exists = os.path.lexists(absolute)
+        if exists and not replace:
+            raise Conflict(("replace", f"{relative} exists; confirm with replace: true to replace it"))
+        priors = await asyncio.to_thread(self.snapshots.keep_before, projectid, root, [relative])
+        try:
+            await asyncio.to_thread(_write, root, absolute, data, relative)
+        except ToolError as exc:
+            raise BadRequest(("path", str(exc))) from None
+        await self.snapshots.record_files(Scope(sessionid, projectid, root, messageid, None, "saveas"), priors)
+        return {"path": relative, "created": not exists, "bytes": len(data)}
+
+
+def _write(root: str, absolute: str, data: bytes, relative: str) -> None:
+    file_io.check_parent(root, absolute, relative)
+    created: list[str] = []
+    try:
+        file_io.write_atomic(root, absolute, data, relative, created=created)
+    except ToolError:
+        file_io.remove_folders(created)
+        raise
+
+
+def _targets(rows: list[SnapshotRow], want: str, expect: str) -> list[dict]:
+    """Per path, in the order first changed: the content before its first change and what its
+    last change left."""
+    targets: dict[str, dict] = {}
+    for row in rows:
+        target = targets.setdefault(row["path"], {"path": row["path"], "want": row[want]})  # type: ignore[literal-required]
+        target["expect"] = row[expect]  # type: ignore[literal-required]
+    return list(targets.values())
+
+
+def _want(targets: list[dict], path: str) -> str | None:
+    return next(target["want"] for target in targets if target["path"] == path)
