@@ -30,6 +30,7 @@ from .rows import PartRow
 from .sessions import Sessions
 from .snapshots import Snapshots
 from .store import Store
+from .terminal import Terminals
 from .tools import default_registry
 from .vault import Vault
 
@@ -65,7 +66,8 @@ class App:
         self.snapshots = Snapshots(self.store, self.hub, config.data, config.snapshotmb * 1024 * 1024)
         self.runs = Runs(self.store, self.hub, self.providers, default_registry(), config.steps, config.rules,
                          self.jobs, provider_service.scrubber, snapshots=self.snapshots)
-        sessions = Sessions(self.store, self.hub, self.runs, self.jobs, self.providers)
+        self.terminals = Terminals(self.hub, provider_service.scrubber, config.terminalshell)
+        sessions = Sessions(self.store, self.hub, self.runs, self.jobs, self.providers, self.terminals)
         self.services = Services(sessions=sessions, projects=Projects(self.store, sessions, self.snapshots),
                                  providers=provider_service,
                                  changes=Changes(self.store, self.hub, self.snapshots, self.runs))
@@ -109,6 +111,7 @@ class App:
     async def stop(self) -> None:
         await self.runs.stop_all()
         await self.jobs.stop_all()
+        await self.terminals.stop_all()
         await self.snapshots.close()
         await self.hub.close_all()
         await self.http.stop()

@@ -5,8 +5,10 @@ Two ways in, one way through: `run_command` for the agent's commands (a shell li
 the minimal environment built here, stdout and stderr merged and decoded as text) and
 `run_process` for the server's own helpers, git and the search tool (an argv, the caller's
 explicit environment, stdout and stderr apart as raw bytes, stdin closed or fed). Both start the
-child through `_spawn` and wait for it through `_supervise`; no other module of the package
-starts a process (tests/test_process_starts.py checks the source, issue 10).
+child through `_spawn` and wait for it through `_supervise`. The third way, `spawn_terminal`,
+starts the person's shell of the Terminal panel on a pty that becomes its controlling terminal
+(the caller reads and writes the pty; `end_terminal` hangs up the group, then kills it). No other
+module of the package starts a process (tests/test_process_starts.py checks the source).
 
 A child runs in its own session (`start_new_session=True`, so its own process group). Its
 environment is only ever the one given: `run_command` builds it from nothing but PATH, HOME,
@@ -42,10 +44,15 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import contextlib
+import fcntl
 import functools
 import os
 import pwd
 import signal
+import struct
+import sys
+import termios
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -253,6 +260,79 @@ async def _spawn(argv: list[str], cwd: str, env: dict[str, str],
         pipe.write(stdin_bytes)
         pipe.write_eof()
     return transport, collector
+
+
+# A terminal's shell must own its pty as its controlling terminal (job control, Ctrl-C): the
+# child is a session leader (start_new_session) that claims the pty on its standard input, then
+# becomes the shell. A fresh interpreter does it, so nothing runs between fork and exec in this
+# process (a fork of a process with threads may deadlock).
+_CONTROLLING_TTY = ("import fcntl, os, sys, termios; fcntl.ioctl(0, termios.TIOCSCTTY, 0); "
+                    "os.execvp(sys.argv[1], sys.argv[1:])")
+
+
+@dataclass
+class TerminalChild:
+    """A shell on a pty: its process group, the master side (non-blocking) and its exit."""
+
+    pid: int
+    fd: int
+    exited: asyncio.Future  # the exit status (negative: killed by that signal)
+    transport: asyncio.SubprocessTransport
+
+
+class _TerminalProtocol(asyncio.SubprocessProtocol):
+    def __init__(self, exited: asyncio.Future):
+        self.exited = exited
+        self.transport: asyncio.SubprocessTransport | None = None
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def process_exited(self) -> None:
+        if not self.exited.done() and self.transport is not None:
+            self.exited.set_result(self.transport.get_returncode())
+
+
+def set_terminal_size(fd: int, columns: int, rows: int) -> None:
+    """Tell a pty its size; its foreground processes get SIGWINCH. Raises OSError."""
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+
+
+async def spawn_terminal(argv: Sequence[str], *, cwd: str, env: Mapping[str, str], columns: int,
+                         rows: int) -> TerminalChild:
+    """Start `argv` on a new pty of `columns` x `rows`, in a session of its own with the pty as
+    its controlling terminal and exactly `env`. Raises OSError."""
+    loop = asyncio.get_running_loop()
+    master, slave = os.openpty()
+    try:
+        set_terminal_size(master, columns, rows)
+        os.set_blocking(master, False)
+        exited = loop.create_future()
+        transport, _protocol = await loop.subprocess_exec(
+            lambda: _TerminalProtocol(exited), sys.executable, "-I", "-S", "-c", _CONTROLLING_TTY, *argv,
+            cwd=cwd, env=dict(env), stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
+    except BaseException:
+        os.close(master)
+        raise
+    finally:
+        os.close(slave)
+    return TerminalChild(transport.get_pid(), master, exited, transport)
+
+
+async def end_terminal(child: TerminalChild, grace_s: float = ABORT_GRACE_S) -> object:
+    """Hang up a terminal's process group, then kill what is left of it; returns the exit
+    status of its shell (None if it could not be reaped)."""
+    loop = asyncio.get_running_loop()
+    _signal_group(child.pid, signal.SIGHUP)
+    deadline = loop.time() + grace_s
+    while loop.time() < deadline and (not child.exited.done() or group_running(child.pid)):
+        await asyncio.sleep(KILL_POLL_S)
+    if group_running(child.pid) or not child.exited.done():
+        _signal_group(child.pid, signal.SIGKILL)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.shield(child.exited), REAP_TIMEOUT_S)
+    child.transport.close()
+    return child.exited.result() if child.exited.done() else None
 
 
 async def _stop_started(start: asyncio.Future) -> None:

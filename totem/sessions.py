@@ -15,11 +15,13 @@ from typing import Any
 
 from .agent.loop import REASONING_LEVELS, Prompt, RunRefused
 from .agent.providers import ModelError
+from .boundary import real_root
 from .errors import BadRequest, Forbidden, NotFound
 from .events import SessionUpdated
 from .jobs import JobError
 from .rows import SessionRow
 from .store import Store, session_view
+from .terminal import TerminalError
 
 __all__ = ["DEFAULT_SESSION_NAME", "DEFAULT_SESSION_PAGE", "MODES", "REASONING_LEVELS", "Sessions"]
 
@@ -41,12 +43,13 @@ Attachments = list[tuple[str, str, bytes]]  # (name, media type, content) of eac
 class Sessions:
     """The conversations of the projects, and what runs in them."""
 
-    def __init__(self, store: Store, hub, runs, jobs, providers):
+    def __init__(self, store: Store, hub, runs, jobs, providers, terminals=None):
         self.store = store
         self.hub = hub
         self.runs = runs  # agent.loop.Runs, through start_prompt, abort and the questions
         self.jobs = jobs
         self.providers = providers  # agent.providers.Providers, to check a model reference
+        self.terminals = terminals  # terminal.Terminals: the person's shell of each session
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -128,6 +131,8 @@ class Sessions:
         The first half of a removal; `announce_removed` is the second, after the rows go."""
         await self.runs.abort(sessionid)
         await self.jobs.forget_session(sessionid)
+        if self.terminals is not None:
+            await self.terminals.forget_session(sessionid)
 
     def announce_removed(self, session: SessionRow) -> None:
         """Forget a removed session in the hub and tell every client that it is gone."""
@@ -201,6 +206,52 @@ class Sessions:
         """Answer a question of the ask tool; returns its id. Raises NotFound."""
         self.runs.reply_question(questionid, answer)
         return questionid
+
+    # -- the terminal -----------------------------------------------------------------------
+
+    async def terminal(self, sessionid: str, start: bool, columns: int, rows: int) -> dict:
+        """`{status: none|running|exited, output}`: reattach to the session's shell, with its
+        scrollback, or start one in the session's folder when `start`. Raises NotFound,
+        BadRequest (the shell cannot start)."""
+        session = await self.get(sessionid)
+        project = await self.store.get_project(session["projectid"])
+        if project is None:
+            raise NotFound(("id", f"no project of session {sessionid}"))
+        try:
+            return await self._terminals().open(session["id"], real_root(session["worktree"] or project["path"]),
+                                                start, columns, rows)
+        except TerminalError as exc:
+            raise BadRequest(("start", str(exc))) from None
+
+    async def terminal_input(self, sessionid: str, data: bytes) -> str:
+        """Type into the session's shell. Raises NotFound, BadRequest."""
+        session = await self.get(sessionid)
+        try:
+            self._terminals().write(session["id"], data)
+        except TerminalError as exc:
+            raise BadRequest(("data", str(exc))) from None
+        return session["id"]
+
+    async def terminal_resize(self, sessionid: str, columns: int, rows: int) -> str:
+        session = await self.get(sessionid)
+        try:
+            self._terminals().resize(session["id"], columns, rows)
+        except TerminalError as exc:
+            raise BadRequest(("session", str(exc))) from None
+        return session["id"]
+
+    async def terminal_stop(self, sessionid: str) -> dict:
+        """End the shell (hang-up, then kill of its group); `{status, output, exit}`."""
+        session = await self.get(sessionid)
+        try:
+            return await self._terminals().stop(session["id"])
+        except TerminalError as exc:
+            raise BadRequest(("session", str(exc))) from None
+
+    def _terminals(self):
+        if self.terminals is None:
+            raise BadRequest(("session", "there is no terminal in this server"))
+        return self.terminals
 
     # -- background jobs --------------------------------------------------------------------
 

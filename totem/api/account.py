@@ -18,7 +18,7 @@ CAPABILITIES = {
     "attachments": True,  # files in a prompt, GET /attachments/{id}/
     "questions": True,  # the ask tool and Questions|reply
     "todos": True,  # the todo tool and Sessions|todos
-    "terminal": False,  # Sessions|terminal...: not yet
+    "terminal": True,  # Sessions|terminal, terminalinput, terminalresize, terminalstop
     "schedules": False,  # Schedules|...: not yet
     "mcp": False,  # POST /$mcp/ and the MCP client: not yet (config.ini's mcp does nothing yet)
     "worktrees": False,  # sessions_create worktree, Sessions|worktreemerge, worktreediscard: not yet
