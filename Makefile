@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run check test bench clean system-packages
+.PHONY: run check test bench clean system-packages vendor
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,10 @@ test: $(VENV)/.dev system-packages
 
 bench: $(VENV)/.runtime
 	$(BIN)/python bench/run.py
+
+# Refresh the browser libraries under static/vendor/ (pinned in scripts/vendor.py) from npm.
+vendor:
+	python3 scripts/vendor.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache
