@@ -5,31 +5,38 @@
 // reloads the stored state (sessions, the open conversation) and only then subscribes again.
 import { EVENTS } from '/events.js';
 import { api } from '/api.js';
-import { byId, toast } from '/dom.js';
+import { h, byId, toast } from '/dom.js';
 import { Socket } from '/socket.js';
 import { Conversation } from '/conversation.js';
 import { Composer } from '/composer.js';
 import { Questions } from '/questions.js';
 import { renderProjects, renderSessions, FolderBrowser, forgetProject } from '/sidebar.js';
-import { renderTodos, loadGit, FileTree } from '/panels.js';
+import { renderTodos, loadGit, FileTree, ChangesPanel } from '/panels.js';
 import { ProvidersDialog, RulesDialog } from '/settings.js';
 import { enableCopyButtons } from '/markdown.js';
+import { enableSaveAs } from '/saveas.js';
 
 const MESSAGE_PAGE = 200;
 const SESSION_PAGE = 100;
 const GIT_REFRESH_MS = 600;
+const CHANGES_REFRESH_MS = 250;
 const LAST_PROJECT_KEY = 'totem.project';
 
 // held: while the shown session's stored state is read, {sessionid, events} that came meanwhile.
 // hearing: maps (sessionid -> status) that collect the statuses announced while a snapshot is read.
 // sessionsMore: Sessions|list has a page after the one read last, which ended at sessionsCursor.
+// changing: undos and redos of this page under way (each reads the conversation again itself).
 const state = {
   projects: [], project: null, sessions: [], session: null, catalog: { providers: [], models: [] },
-  held: null, hearing: new Set(), sessionsMore: false, sessionsCursor: null,
+  held: null, hearing: new Set(), sessionsMore: false, sessionsCursor: null, changing: 0,
 };
 let gitTimer = 0;
+let changesTimer = 0;
 
-const conversation = new Conversation(byId('conversation'), { onLoadEarlier: loadEarlier });
+const conversation = new Conversation(byId('conversation'), {
+  onLoadEarlier: loadEarlier, onUndo: (messageid) => undo(messageid), onFork: fork, onOpenChange: openChange,
+});
+const changes = new ChangesPanel();
 const questions = new Questions(byId('questions'), { onChange: () => { paintSessions(); paintTitle(); } });
 const composer = new Composer({ onSend: sendPrompt, onAbort: abort, onNewSession: newSession });
 const tree = new FileTree({ onPick: (path) => composer.insert(path) });
@@ -38,6 +45,7 @@ const providers = new ProvidersDialog({ onChange: loadCatalog });
 const rules = new RulesDialog();
 const socket = new Socket({ onEvent, onOpen: resync, onState: paintConnection });
 enableCopyButtons(byId('conversation'));
+enableSaveAs(byId('conversation'), { sessionid: () => state.session?.id });
 
 // -- rendering -------------------------------------------------------------------------------
 
@@ -74,6 +82,7 @@ function paintSession() {
   const running = session?.status === 'running';
   composer.setRunning(running);
   conversation.setRunning(running);
+  byId('redo-bar').hidden = !session?.redo || running;
   paintTitle();
 }
 
@@ -120,7 +129,7 @@ async function selectProject(project, sessionid) {
   if (session) await selectSession(session);
   else showEmptySession();
   tree.load(project.id);
-  loadGit(project.id);
+  paintGit();
 }
 
 // A session.status announced while a snapshot is read is newer than the snapshot.
@@ -179,6 +188,8 @@ async function loadMoreSessions() {
 function showEmptySession() {
   state.session = null;
   conversation.reset();
+  changes.reset(null);
+  clearNotice();
   questions.show(null);
   renderTodos([]);
   paintSessions();
@@ -189,7 +200,11 @@ function showEmptySession() {
 async function selectSession(chosen) {
   // The list's own object, so that events that change it change what is shown.
   const session = state.sessions.find((s) => s.id === chosen.id) ?? chosen;
-  if (state.session?.id !== session.id) conversation.reset();
+  if (state.session?.id !== session.id) {
+    conversation.reset();
+    changes.reset(session.id);
+    clearNotice();
+  }
   state.session = session;
   paintSessions();
   paintSession();
@@ -207,6 +222,7 @@ async function loadConversation() {
   if (!session) return;
   const held = { sessionid: session.id, events: [] };
   state.held = held;
+  changes.load(session.id);
   let loaded = null;
   try {
     const { value: [page, todos, fresh], heard } = await hearingStatuses(() => Promise.all([
@@ -311,6 +327,90 @@ async function forget(project) {
   paintProjects();
 }
 
+// -- undo, redo and fork ---------------------------------------------------------------------
+
+// Undo a message and the ones after it: their file changes are taken back; a file changed since
+// (by hand, or by another session) is a conflict, left as it is unless `force`.
+async function undo(messageid, force = false) {
+  const session = state.session;
+  if (!session) return;
+  const result = await changingFiles(session, () => api('sessions_undo', {
+    id: session.id, body: { messageid, ...(force ? { force: true } : {}) } }));
+  if (result) report('Undo', result, () => undo(messageid, true));
+}
+
+async function redo(force = false) {
+  const session = state.session;
+  if (!session) return;
+  const result = await changingFiles(session, () => api('sessions_redo', {
+    id: session.id, body: force ? { force: true } : {} }));
+  if (result) report('Redo', result, () => redo(true));
+}
+
+// An undo or a redo, then the conversation read again; null when it failed or another
+// session was chosen meanwhile.
+async function changingFiles(session, call) {
+  state.changing += 1;
+  try {
+    const result = await call();
+    if (state.session?.id !== session.id) return null;
+    await loadConversation();
+    return result;
+  } catch (error) {
+    toast(error.message);
+    return null;
+  } finally {
+    state.changing -= 1;
+  }
+}
+
+async function fork(messageid) {
+  const session = state.session;
+  if (!session) return;
+  try {
+    const fresh = await api('sessions_fork', { id: session.id, body: { messageid } });
+    addSession(fresh);
+    await selectSession(fresh);
+    toast(`Forked as “${fresh.name}”`, 'info');
+  } catch (error) {
+    toast(error.message);
+  }
+}
+
+// What an undo or a redo restored; the files it left as they are stay listed above the prompt,
+// with a way to restore the conflicting ones anyway (`retry`).
+function report(what, { restored = [], conflicts = [], lost = [] }, retry) {
+  if (!conflicts.length && !lost.length) {
+    clearNotice();
+    const count = restored.length;
+    toast(count ? `${what}: ${count} file${count > 1 ? 's' : ''} restored` : `${what}: no file to restore`, 'info');
+    return;
+  }
+  const notice = byId('change-notice');
+  const left = conflicts.length + lost.length;
+  const item = (kind) => (file) => h('li', { className: kind, dataset: { path: file.path } },
+    h('code', null, file.path), ` — ${file.reason}`);
+  notice.replaceChildren(
+    h('div', null, h('strong', null, `${what} left ${left} file${left > 1 ? 's' : ''} as ${left > 1 ? 'they are' : 'it is'}`),
+      restored.length ? ` (${restored.length} restored)` : ''),
+    h('ul', null, conflicts.map(item('conflict')), lost.map(item('lost'))),
+    h('div', { className: 'actions' },
+      conflicts.length ? h('button', { type: 'button', className: 'small danger', onclick: () => { clearNotice(); retry(); } },
+        'Restore anyway') : null,
+      h('button', { type: 'button', className: 'small', onclick: clearNotice }, 'Dismiss')));
+  notice.hidden = false;
+}
+
+function clearNotice() {
+  const notice = byId('change-notice');
+  notice.hidden = true;
+  notice.replaceChildren();
+}
+
+function openChange(path) {
+  if (state.session) changes.show(path);
+}
+
 // -- prompts ---------------------------------------------------------------------------------
 
 async function sendPrompt(body) {
@@ -365,8 +465,9 @@ function onEvent(event) {
       paintSessions();
       if (!current) return;
       paintSession();
-      if (data.status !== 'running') {
-        refreshGit();
+      if (data.status === 'running') clearNotice();
+      else {
+        refreshFiles();
         if (conversation.stale) loadConversation();
       }
       return;
@@ -378,10 +479,21 @@ function onEvent(event) {
         return;
       }
       const known = state.sessions.find((s) => s.id === session.id);
+      const redoChanged = !!known && !!known.redo !== !!session.redo;
       if (known) Object.assign(known, session);
       else if (session.projectid === state.project?.id) addSession(session);
       paintSessions();
-      if (current) paintSession();
+      if (!current) return;
+      paintSession();
+      // An undo or a redo (maybe in another tab) changed what is taken back; a new prompt
+      // removed the messages an undo took back.
+      if (!state.changing && (redoChanged || conversation.hasReverted())) loadConversation();
+      return;
+    }
+    case EVENTS.DIFF_UPDATED: {
+      if (!state.sessions.some((s) => s.id === sessionid)) return;
+      refreshFiles(); // the files of the project changed, whichever session changed them
+      if (current) refreshChanges();
       return;
     }
     case EVENTS.PERMISSION_ASK: questions.askPermission(sessionid, { ...data, sessionid }); return;
@@ -403,15 +515,28 @@ function applyToConversation({ type, data }) {
     case EVENTS.PART_UPDATED: conversation.updatePart(data.part); break;
     case EVENTS.PART_CLOSED: conversation.closePart(data.partid); break;
     case EVENTS.TODO_UPDATED: renderTodos(data.items); break;
-    case EVENTS.DIFF_UPDATED: refreshGit(); break;
     case EVENTS.ERROR: conversation.showError(data.message, data.retry); break;
     default: // terminal events: no terminal panel yet
   }
 }
 
-function refreshGit() {
+function paintGit() {
+  if (state.project) loadGit(state.project.id, { onOpen: openChange });
+}
+
+// Git and the file tree, read again once a burst of changes has passed.
+function refreshFiles() {
   clearTimeout(gitTimer);
-  gitTimer = setTimeout(() => { if (state.project) loadGit(state.project.id); }, GIT_REFRESH_MS);
+  gitTimer = setTimeout(() => {
+    if (!state.project) return;
+    paintGit();
+    tree.load(state.project.id);
+  }, GIT_REFRESH_MS);
+}
+
+function refreshChanges() {
+  clearTimeout(changesTimer);
+  changesTimer = setTimeout(() => { if (state.session) changes.load(state.session.id); }, CHANGES_REFRESH_MS);
 }
 
 // After a reconnect: read the stored state again; the socket subscribes once this is done.
@@ -444,7 +569,8 @@ async function resync(reconnected) {
     }
     paintSessions();
     paintSession();
-    loadGit(state.project.id);
+    paintGit();
+    tree.load(state.project.id);
   } catch (error) {
     toast(error.message);
   }
@@ -464,7 +590,9 @@ for (const id of ['open-folder', 'welcome-open']) {
 byId('new-session').addEventListener('click', () => newSession());
 byId('open-providers').addEventListener('click', () => providers.show());
 byId('open-rules').addEventListener('click', () => { if (state.project) rules.show(state.project); });
-byId('git-refresh').addEventListener('click', () => { if (state.project) loadGit(state.project.id); });
+byId('git-refresh').addEventListener('click', paintGit);
+byId('diff-refresh').addEventListener('click', () => { if (state.session) changes.load(state.session.id); });
+byId('redo').addEventListener('click', () => redo());
 byId('files-refresh').addEventListener('click', () => { if (state.project) tree.load(state.project.id); });
 byId('sign-out').addEventListener('click', async () => {
   await api('logout', { post: true }).catch(() => {});

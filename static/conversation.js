@@ -2,8 +2,14 @@
 //
 // Streamed deltas only append to a part's text; the DOM is painted once per animation frame for
 // the parts that changed, so a fast stream or a 2,000-part session never re-renders the list.
+//
+// Every message has its actions (Undo: take it and the later ones back, with their file
+// changes; Fork: a new session up to it); an undone message is shown dimmed until a new prompt
+// removes it. A tool call that changed files names them, each opening its diff; a code block
+// of a finished answer can be saved as a file (saveas.js handles its button).
 import { h, showValue, formatSize } from '/dom.js';
 import { renderMarkdown } from '/markdown.js';
+import { addSaveButtons } from '/saveas.js';
 
 const BIG_TEXT_CHARS = 40000; // above this, a streaming part is repainted at most every PAINT_GAP_MS
 const PAINT_GAP_MS = 250;
@@ -14,8 +20,10 @@ const STATUS_WORDS = {
 };
 
 export class Conversation {
-  constructor(root, { onLoadEarlier }) {
+  // onUndo(messageid), onFork(messageid), onOpenChange(path): the actions of messages and tools.
+  constructor(root, { onLoadEarlier, onUndo, onFork, onOpenChange }) {
     this.root = root;
+    this.actions = { onUndo, onFork, onOpenChange };
     this.list = h('div', { className: 'messages' });
     this.earlier = h('button', { type: 'button', className: 'earlier', hidden: true, onclick: onLoadEarlier },
       'Load earlier messages');
@@ -68,6 +76,11 @@ export class Conversation {
   setRunning(running) {
     if (running && this.working.hidden) this.errors.replaceChildren(); // a new run starts clean
     this.working.hidden = !running;
+    this.root.classList.toggle('running', running); // nothing is undone while a run goes on
+  }
+
+  hasReverted() {
+    return !!this.list.querySelector('.msg.reverted');
   }
 
   showError(message, retry) {
@@ -96,6 +109,7 @@ export class Conversation {
       return;
     }
     owner.partsElement.append(this.renderPart(part, owner.message.role));
+    this.markChanged(part);
     this.keepBottom();
   }
 
@@ -125,6 +139,13 @@ export class Conversation {
     if (wasOpen) (next.details || next.element).open = true;
     view.element.replaceWith(fresh);
     this.pending.delete(view);
+    this.markChanged(part);
+  }
+
+  // A message whose tool calls changed files keeps its actions in sight.
+  markChanged(part) {
+    if (!part.data?.changed?.length) return;
+    this.messages.get(part.messageid)?.element.classList.add('changed');
   }
 
   closePart(partid) {
@@ -162,7 +183,7 @@ export class Conversation {
   }
 
   paint(view) {
-    if (view.kind === 'text' && view.role === 'assistant') view.body.replaceChildren(renderMarkdown(view.text));
+    if (view.kind === 'text' && view.role === 'assistant') paintMarkdown(view);
     else if (view.kind === 'tool') {
       view.output.textContent = view.text || view.part.data?.output || '';
       view.outputLabel.hidden = view.output.hidden = !view.output.textContent;
@@ -181,25 +202,43 @@ export class Conversation {
 
   renderMessage(message) {
     const partsElement = h('div', { className: 'parts' });
-    const element = h('article', { className: `msg ${message.role}`, dataset: { id: message.id } },
-      message.role === 'user' ? h('div', { className: 'who' }, 'You') : null, partsElement);
+    const element = h('article', {
+      className: `msg ${message.role}${message.reverted ? ' reverted' : ''}`, dataset: { id: message.id },
+    },
+    message.role === 'user' ? h('div', { className: 'who' }, 'You') : null,
+    message.reverted ? h('div', { className: 'undone-note', title: 'Taken back by an undo: Redo puts it back, a new prompt removes it' }, 'undone') : null,
+    partsElement);
     this.messages.set(message.id, { message, element, partsElement });
-    for (const part of message.parts || []) partsElement.append(this.renderPart(part, message.role));
+    for (const part of message.parts || []) {
+      partsElement.append(this.renderPart(part, message.role));
+      this.markChanged(part);
+    }
     const files = message.data?.attachments;
     if (files?.length) element.append(renderAttachments(files));
+    element.append(this.messageActions(message));
     return element;
+  }
+
+  messageActions(message) {
+    const { onUndo, onFork } = this.actions;
+    return h('div', { className: 'msg-actions' },
+      !message.reverted && onUndo ? h('button', { type: 'button', className: 'link undo',
+        title: 'Undo this message and the ones after it: the files they changed are restored',
+        onclick: () => onUndo(message.id) }, 'Undo') : null,
+      onFork ? h('button', { type: 'button', className: 'link fork',
+        title: 'A new session with the conversation up to this message', onclick: () => onFork(message.id) }, 'Fork') : null);
   }
 
   renderPart(part, role) {
     const view = { part, role, kind: part.kind, text: part.text || '', painted: 0 };
-    if (part.kind === 'tool') renderTool(view);
+    if (part.kind === 'tool') renderTool(view, this.actions.onOpenChange);
     else if (part.kind === 'reasoning') {
       view.summary = h('summary', null, part.closed ? 'Reasoning' : 'Thinking…');
       view.body = h('div', { className: 'reasoning-text' }, view.text);
       view.element = h('details', { className: 'part reasoning' }, view.summary, view.body);
     } else if (part.kind === 'text') {
       view.body = h('div', { className: role === 'assistant' ? 'md' : 'plain' });
-      if (role === 'assistant') view.body.append(renderMarkdown(view.text));
+      if (role === 'assistant') paintMarkdown(view);
       else view.body.textContent = view.text;
       view.element = h('div', { className: 'part text' }, view.body);
     } else {
@@ -212,6 +251,12 @@ export class Conversation {
     this.parts.set(part.id, view);
     return view.element;
   }
+}
+
+// An answer's text as Markdown; once it is complete, its code blocks can be saved as files.
+function paintMarkdown(view) {
+  view.body.replaceChildren(renderMarkdown(view.text));
+  if (view.part.closed) addSaveButtons(view.body);
 }
 
 function toolSubject(data) {
@@ -233,7 +278,7 @@ function decisionText(decision) {
     + (decision.reason ? `: ${decision.reason}` : '');
 }
 
-function renderTool(view) {
+function renderTool(view, onOpenChange) {
   const { part } = view;
   const data = part.data || {};
   const status = part.status;
@@ -252,7 +297,15 @@ function renderTool(view) {
       data.decision ? h('div', { className: 'decision' }, decisionText(data.decision)) : null));
   const note = (status === 'denied' || status === 'error') && data.error
     ? h('div', { className: 'tool-note' }, data.error) : null;
-  view.element = h('div', { className: `part tool status-${status}` }, view.details, note);
+  view.element = h('div', { className: `part tool status-${status}` }, view.details, note,
+    changedFiles(data.changed, onOpenChange));
+}
+
+function changedFiles(paths, onOpenChange) {
+  if (!Array.isArray(paths) || !paths.length) return null;
+  return h('div', { className: 'tool-changed' }, h('span', { className: 'muted' }, 'Changed'),
+    paths.map((path) => h('button', { type: 'button', className: 'link changed-file', dataset: { path },
+      title: 'Show the diff of this file', onclick: () => onOpenChange?.(String(path)) }, String(path))));
 }
 
 function renderAttachments(files) {

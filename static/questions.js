@@ -5,6 +5,7 @@
 // the session list (onChange tells the page to repaint it).
 import { api } from '/api.js';
 import { h, reveal, showValue, toast } from '/dom.js';
+import { renderFileDiff } from '/diff.js';
 
 export class Questions {
   constructor(root, { onChange }) {
@@ -91,7 +92,7 @@ export class Questions {
       description ? h('p', { className: 'ask-description' }, reveal(description)) : null,
       data.reason ? h('p', { className: 'ask-reason' }, reveal(data.reason)) : null,
       bash && data.folder ? h('div', { className: 'ask-folder' }, 'in ', h('code', null, data.folder)) : null,
-      h('pre', { className: 'ask-input' }, reveal(inputText(data.tool, data.input))),
+      inputView(data),
       h('div', { className: 'label' }, commands.length > 1 ? 'Always allow, for each command:' : 'Always allow this pattern:'),
       groups.map((choices) => choices.element),
       h('div', { className: 'actions' },
@@ -139,6 +140,17 @@ export class Questions {
       } }, other, h('button', { type: 'submit' }, 'Answer')));
     return card;
   }
+}
+
+// A file tool's call shows what it would change (write, edit, patch: the preview), its raw
+// input a click away; any other call shows its input.
+function inputView(data) {
+  const input = h('pre', { className: 'ask-input' }, reveal(inputText(data.tool, data.input)));
+  if (!Array.isArray(data.preview) || !data.preview.length) return input;
+  return [
+    h('div', { className: 'ask-preview' }, data.preview.map((entry) => renderFileDiff(entry))),
+    h('details', { className: 'ask-details' }, h('summary', null, 'Details: the input of the call'), input),
+  ];
 }
 
 function inputText(tool, input) {

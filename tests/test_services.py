@@ -19,7 +19,7 @@ from totem.runner import group_running
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.join(ROOT, "totem")
 KEY = "sk-test-SERVICES-0123456789abcdef"
-SERVICE_MODULES = ("sessions.py", "projects.py", "providers_service.py", "changes.py")
+SERVICE_MODULES = ("sessions.py", "projects.py", "providers_service.py", "changes.py", "schedules_service.py")
 ADAPTER_MODULES = ("api", "httpd", "websocket", "routes")
 TODO_ITEMS = [{"text": "look", "status": "done"}]
 
@@ -437,9 +437,9 @@ class TruthfulSurfacesTest(TotemCase):
         """Account|read says false for every feature that is not built, whatever config.ini says."""
         answer = await request(self.app, "GET", "/api/account")
         capabilities = answer.json()["capabilities"]
-        for name in ("schedules", "mcp", "worktrees", "forge"):
+        for name in ("mcp", "worktrees", "forge"):
             self.assertIs(capabilities.get(name, False), False, name)
-        for name in ("jobs", "attachments", "questions", "todos", "terminal", "undo", "fork"):
+        for name in ("jobs", "attachments", "questions", "todos", "terminal", "undo", "fork", "schedules"):
             self.assertIs(capabilities[name], True, name)
         self.assertNotIn("forgedocs", capabilities)
 

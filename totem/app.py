@@ -27,6 +27,7 @@ from .projects import Projects
 from .providers_service import ProvidersService
 from .routes import Router
 from .rows import PartRow
+from .schedules_service import Schedules
 from .sessions import Sessions
 from .snapshots import Snapshots
 from .store import Store
@@ -48,6 +49,7 @@ class Services:
     projects: Projects
     providers: ProvidersService
     changes: Changes
+    schedules: Schedules
 
 
 class App:
@@ -70,7 +72,8 @@ class App:
         sessions = Sessions(self.store, self.hub, self.runs, self.jobs, self.providers, self.terminals)
         self.services = Services(sessions=sessions, projects=Projects(self.store, sessions, self.snapshots),
                                  providers=provider_service,
-                                 changes=Changes(self.store, self.hub, self.snapshots, self.runs))
+                                 changes=Changes(self.store, self.hub, self.snapshots, self.runs, self.jobs),
+                                 schedules=Schedules(self.store, self.hub, sessions, self.providers))
         self.router = Router(self, static_dir)
         self.http = HttpServer(self.router.handle, config.headtimeout, config.bodytimeout, config.keepalive,
                                config.writetimeout)
@@ -97,6 +100,7 @@ class App:
         except BaseException:
             await self.store.close()
             raise
+        self.services.schedules.scheduler.start()  # after the listen: a failed start leaves no task
 
     @property
     def port(self) -> int:
@@ -109,6 +113,7 @@ class App:
         return f"http://{host}:{self.port}"
 
     async def stop(self) -> None:
+        await self.services.schedules.scheduler.stop()
         await self.runs.stop_all()
         await self.jobs.stop_all()
         await self.terminals.stop_all()

@@ -34,11 +34,12 @@ MAX_SAVE_BYTES = file_io.MAX_WRITE_BYTES
 class Changes:
     """What the agent changed in the files of a session, and taking it back."""
 
-    def __init__(self, store: Store, hub, snapshots: Snapshots, runs):
+    def __init__(self, store: Store, hub, snapshots: Snapshots, runs, jobs=None):
         self.store = store
         self.hub = hub
         self.snapshots = snapshots
         self.runs = runs  # agent.loop.Runs: whether a session runs, its waiting questions
+        self.jobs = jobs  # jobs.Jobs: a job still running may change files after the undo
 
     async def _session(self, sessionid: str) -> tuple[SessionRow, str, str]:
         """The session, its project id and the folder it works in. Raises NotFound."""
@@ -53,6 +54,8 @@ class Changes:
     def _refuse_running(self, session: SessionRow, action: str) -> None:
         if session["status"] == "running" or self.runs.is_running(session["id"]):
             raise Conflict(("session", f"the session is running; stop it (abort) or wait before {action}"))
+        if self.jobs is not None and any(job["status"] == "running" for job in self.jobs.list(session["id"])):
+            raise Conflict(("session", f"a background job of the session is running; stop it before {action}"))
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -94,20 +97,30 @@ class Changes:
 
     async def undo(self, sessionid: str, messageid: str, force: bool = False) -> dict:
         """Take back a message and the later ones: their files restored (conflicts listed, not
-        clobbered unless `force`), the messages marked reverted, a redo kept. Raises NotFound,
-        Conflict (the session runs)."""
+        clobbered unless `force`), the messages marked reverted, a redo kept. Undo again of a
+        message the last undo took back tries again the files it did not restore (conflicts,
+        now perhaps with `force`). Raises NotFound, Conflict (the session runs)."""
         session, projectid, root = await self._session(sessionid)
         self._refuse_running(session, "undoing")
         messages = await self.store.message_ids(sessionid)
         if messageid not in messages:
             raise NotFound(("messageid", f"no message {messageid} in this session"))
         already = set(await self.store.message_ids(sessionid, reverted=True))
-        taken = [mid for mid in messages if mid >= messageid and mid not in already]
-        rows = [row for row in await self.store.session_snapshots(sessionid)
-                if not row["reverted"] and row["messageid"] is not None and row["messageid"] in taken]
+        last = json.loads(session["redo"]) if session["redo"] else None
+        if messageid in already and last is not None and messageid in last["messages"]:
+            # Again on the last undo (with force, after conflicts): what it left is tried again.
+            taken, files = last["messages"], last["files"]
+            rows = [row for row in await self.store.session_snapshots(sessionid)
+                    if row["reverted"] and row["messageid"] in taken]
+            done_paths = {item["path"] for item in files}
+            rows = [row for row in rows if row["path"] not in done_paths]
+        else:
+            taken, files = [mid for mid in messages if mid >= messageid and mid not in already], []
+            rows = [row for row in await self.store.session_snapshots(sessionid)
+                    if not row["reverted"] and row["messageid"] is not None and row["messageid"] in taken]
         targets = _targets(rows, want="before", expect="after")
         done = await asyncio.to_thread(self.snapshots.restore, projectid, root, targets, force)
-        redo = {"messages": taken, "files": [
+        redo = {"messages": taken, "files": files + [
             {"path": path, "restored": _want(targets, path), "kept": done.kept.get(path)}
             for path in done.restored]}
         row = await self.store.set_reverted(sessionid, taken, True, json.dumps(redo))
@@ -116,8 +129,9 @@ class Changes:
                 "conflicts": done.conflicts, "lost": done.lost}
 
     async def redo(self, sessionid: str, force: bool = False) -> dict:
-        """Put back what the last undo took away. Raises NotFound, BadRequest (nothing to
-        redo), Conflict (the session runs)."""
+        """Put back what the last undo took away; the files left in conflict (not `force`)
+        remain to redo. Raises NotFound, BadRequest (nothing to redo), Conflict (the session
+        runs)."""
         session, projectid, root = await self._session(sessionid)
         self._refuse_running(session, "redoing")
         if not session["redo"]:
@@ -126,7 +140,11 @@ class Changes:
         targets = [{"path": item["path"], "want": item["kept"], "expect": item["restored"]}
                    for item in redo["files"]]
         done = await asyncio.to_thread(self.snapshots.restore, projectid, root, targets, force)
-        row = await self.store.set_reverted(sessionid, redo["messages"], False, None)
+        # A file left in conflict stays to redo (with force, once the person has decided).
+        conflicted = {item["path"] for item in done.conflicts}
+        left = [item for item in redo["files"] if item["path"] in conflicted]
+        kept = json.dumps({"messages": redo["messages"], "files": left}) if left else None
+        row = await self.store.set_reverted(sessionid, redo["messages"], False, kept)
         self._announce(sessionid, row, done.restored)
         return {"messages": redo["messages"], "restored": done.restored, "conflicts": done.conflicts,
                 "lost": done.lost}
@@ -141,12 +159,15 @@ class Changes:
 
     async def save_as(self, sessionid: str, messageid: str, path: str, text: str, replace: bool = False) -> dict:
         """The person saves a code block of a message as a file: `{path, created, bytes}`. The
-        old content is kept, for Undo of that message. Raises NotFound, BadRequest (outside,
-        .git, a secret file, a folder, too big), Conflict (the file exists and `replace` is
-        not set)."""
+        old content is kept, for Undo of that message. Raises NotFound, BadRequest (a message
+        taken back by an undo; outside, .git, a secret file, a folder, too big), Conflict (the
+        file exists and `replace` is not set)."""
         _session, projectid, root = await self._session(sessionid)
         if messageid not in await self.store.message_ids(sessionid):
             raise NotFound(("messageid", f"no message {messageid} in this session"))
+        if messageid in await self.store.message_ids(sessionid, reverted=True):
+            # Its change could not be undone, and the next prompt would drop its record.
+            raise BadRequest(("messageid", f"message {messageid} was taken back by an undo; redo it first"))
         try:
             absolute = boundary.resolve_for_write(root, path)
         except boundary.BoundaryError as exc:

@@ -203,6 +203,14 @@ async def run_git(folder: str, *args: str, timeout: float = GIT_TIMEOUT_S) -> tu
     return result.returncode, result.stdout, result.stderr
 
 
+async def ignored_folders(root: str, shadow: str, pathspecs: tuple[str, ...] = (),
+                          timeout: float = GIT_TIMEOUT_S) -> list[str] | None:
+    """The folders under `root` that its ignore files ignore whole (relative, without the
+    trailing `/`), as `unignored_files` reads them; None when git is not installed."""
+    names = await _list_others(root, shadow, ("--ignored", "--directory"), pathspecs, timeout)
+    return None if names is None else [name.rstrip("/") for name in names if name.endswith("/")]
+
+
 async def unignored_files(root: str, shadow: str, pathspecs: tuple[str, ...] = (),
                           timeout: float = GIT_TIMEOUT_S) -> list[str] | None:
     """The files under `root` that its `.gitignore` files (and `.git/info/exclude`) do not
@@ -215,6 +223,12 @@ async def unignored_files(root: str, shadow: str, pathspecs: tuple[str, ...] = (
     dropped. `pathspecs` narrow the listing (`:(glob)dir/*`: the files of one folder).
     Raises GitError when git fails or takes too long.
     """
+    names = await _list_others(root, shadow, (), pathspecs, timeout)
+    return None if names is None else [name for name in names if name and not name.endswith("/")]
+
+
+async def _list_others(root: str, shadow: str, options: tuple[str, ...], pathspecs: tuple[str, ...],
+                       timeout: float) -> list[str] | None:
     if not os.path.isdir(os.path.join(shadow, "objects")):
         try:
             code, _out, err = await _run_plain(root, ["init", "--quiet", "--bare", shadow], timeout)
@@ -226,7 +240,7 @@ async def unignored_files(root: str, shadow: str, pathspecs: tuple[str, ...] = (
     args = ["--git-dir", shadow, "--work-tree", root]
     if os.path.isfile(exclude):
         args += ["-c", f"core.excludesFile={exclude}"]
-    args += ["ls-files", "-z", "--others", "--exclude-standard", "--", *pathspecs]
+    args += ["ls-files", "-z", "--others", "--exclude-standard", *options, "--", *pathspecs]
     try:
         code, out, err = await _run_plain(root, args, timeout)
     except FileNotFoundError:
@@ -235,8 +249,7 @@ async def unignored_files(root: str, shadow: str, pathspecs: tuple[str, ...] = (
         raise GitError("git ls-files failed: " + err.decode("utf-8", "replace").strip()[:300])
     if len(out) >= MAX_GIT_OUTPUT_BYTES:
         raise GitError(f"the folder lists more than {MAX_GIT_OUTPUT_BYTES} bytes of file names")
-    names = out.decode("utf-8", "surrogateescape").split("\0")
-    return [name for name in names if name and not name.endswith("/")]
+    return [name for name in out.decode("utf-8", "surrogateescape").split("\0") if name]
 
 
 async def _run_plain(cwd: str, args: list[str], timeout: float) -> tuple[int, bytes, bytes]:

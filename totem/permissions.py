@@ -55,7 +55,7 @@ MAX_PATTERN_CHARS = 1000
 MAX_REASON_SUBJECT_CHARS = 200  # a reason quotes at most this much of a command or path
 SEVERITY = {"allow": 0, "ask": 1, "deny": 2}
 VERBS = {"allow": "allowed", "ask": "approval required", "deny": "denied"}
-SCHEDULED_REASON = "no person is here to approve (scheduled run)"
+SCHEDULED_REASON = "no one is here to approve (a scheduled run)"
 GLOB_CHARS = "*?["
 # `ls` flags that only change how a listing looks (no -L: it follows links out of the project).
 SAFE_LS_FLAGS = frozenset("1aAdFhlrRStu")

@@ -7,7 +7,18 @@ everywhere except the login page, the sign-in actions and static assets.
 
 from __future__ import annotations
 
-from .api import account, build_table, call_action, folders, permissions, projects, providers, sessions, terminal
+from .api import (
+    account,
+    build_table,
+    call_action,
+    folders,
+    permissions,
+    projects,
+    providers,
+    schedules,
+    sessions,
+    terminal,
+)
 from .api.attachments import attachment_response
 from .errors import Forbidden, MethodNotAllowed, NotFound
 from .httpd import SECURITY_HEADERS, Response, static_response
@@ -20,7 +31,7 @@ PAGE_METHODS = ("GET", "HEAD")
 
 
 def action_table() -> dict:
-    return build_table(account, projects, folders, sessions, terminal, providers, permissions)
+    return build_table(account, projects, folders, sessions, terminal, schedules, providers, permissions)
 
 
 def redirect(location: str) -> Response:

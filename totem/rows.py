@@ -30,6 +30,7 @@ class SessionRow(TypedDict):
     updated: int
     error: str | None
     redo: str | None  # JSON of what the last undo took away, for redo
+    schedule: str | None  # the schedule this session is a run of
 
 
 class PartRow(TypedDict):
@@ -110,3 +111,13 @@ class SnapshotRow(TypedDict):
     note: str
     reverted: bool
     created: int
+
+
+class ScheduleRow(TypedDict):
+    """A scheduled prompt of a project; `data` holds its fields, `next` and `last`."""
+
+    id: str
+    projectid: str
+    data: dict
+    created: int
+    updated: int

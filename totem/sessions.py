@@ -144,7 +144,7 @@ class Sessions:
 
     async def prompt(self, sessionid: str, text: str = "", *, model: str | None = None,
                      mode: str | None = None, autoaccept: bool | None = None, reasoning: str | None = None,
-                     attachments: Attachments | None = None) -> str:
+                     attachments: Attachments | None = None, scheduled: bool = False) -> str:
         """Store the person's message and start the run; returns the message id at once.
 
         `model`, `mode` and `autoaccept` left out (None) take the session's. Raises NotFound,
@@ -176,7 +176,7 @@ class Sessions:
             self.hub.publish(SessionUpdated(row["id"], session_view(row)))
         project = await self.store.get_project(session["projectid"])
         prompt = Prompt(text=text, model=model, mode=mode, autoaccept=autoaccept, reasoning=reasoning,
-                        attachments=files)
+                        attachments=files, scheduled=scheduled)
         try:
             return await self.runs.start_prompt(session, project, prompt)
         except RunRefused as exc:

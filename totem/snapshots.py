@@ -39,6 +39,7 @@ import os
 import secrets
 import shutil
 import stat
+import time
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -56,6 +57,7 @@ SHADOW_DIR = "ignore.git"  # the empty repository git lists a folder's ignore fi
 COMPRESS_LEVEL = 1  # fast: most of what is kept is never read again
 MAX_PATCH_BYTES = 256 * 1024  # a file's diff beyond this is cut
 DIFF_CONTEXT_LINES = 3
+RACY_NS = 2_000_000_000  # a file changed this shortly before a look is read again at the next
 TOO_BIG = f"over {MAX_FILE_BYTES // (1024 * 1024)} MB: its content is not kept"
 SECRET = "a protected secret file: its content is never copied"
 NOT_KEPT = ""  # the hash of a file that exists but whose content was not kept
@@ -176,14 +178,16 @@ class Seen:
     ino: int
     digest: str  # NOT_KEPT when its content was not kept
     note: str = ""  # why it was not kept
+    racy: bool = False  # changed so shortly before it was read that its stat may not show a next change
 
     def same_stat(self, info: os.stat_result) -> bool:
         return (self.size, self.mtime_ns, self.ctime_ns, self.ino) == (
             info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino)
 
 
-def _lstat_inside(root: str, relative: str) -> os.stat_result | None:
-    """The lstat of a regular file reached without a link on the way, or None."""
+def _lstat_inside(root: str, relative: str, folders: dict[str, bool] | None = None) -> os.stat_result | None:
+    """The lstat of a regular file reached without a link on the way, or None. `folders`
+    remembers, for one walk, which folders were found free of links."""
     absolute = os.path.join(root, relative)
     try:
         info = os.lstat(absolute)
@@ -192,9 +196,14 @@ def _lstat_inside(root: str, relative: str) -> os.stat_result | None:
     if not stat.S_ISREG(info.st_mode):
         return None
     folder = os.path.dirname(absolute)
-    if folder != root and os.path.realpath(folder) != folder:
-        return None  # a folder on the way is (now) a link: not a file of this tree
-    return info
+    if folder == root:
+        return info
+    plain = folders.get(folder) if folders is not None else None
+    if plain is None:
+        plain = os.path.realpath(folder) == folder
+        if folders is not None:
+            folders[folder] = plain
+    return info if plain else None  # a folder on the way is (now) a link: not a file of this tree
 
 
 def read_kept(blobs: Blobs, projectid: str, root: str, relative: str,
@@ -205,18 +214,19 @@ def read_kept(blobs: Blobs, projectid: str, root: str, relative: str,
     if info is None:
         return None
     stamp = (info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino)
+    racy = time.time_ns() - max(info.st_mtime_ns, info.st_ctime_ns) < RACY_NS
     if boundary.is_protected_env(relative):
-        return Seen(*stamp, NOT_KEPT, SECRET)
+        return Seen(*stamp, NOT_KEPT, SECRET, racy)
     if info.st_size > MAX_FILE_BYTES:
-        return Seen(*stamp, NOT_KEPT, TOO_BIG)
+        return Seen(*stamp, NOT_KEPT, TOO_BIG, racy)
     try:
         with open(os.path.join(root, relative), "rb", opener=_no_follow) as stream:
             data = stream.read(MAX_FILE_BYTES + 1)
     except OSError:
         return None
     if len(data) > MAX_FILE_BYTES:
-        return Seen(*stamp, NOT_KEPT, TOO_BIG)
-    return Seen(*stamp, blobs.put(projectid, data))
+        return Seen(*stamp, NOT_KEPT, TOO_BIG, racy)
+    return Seen(*stamp, blobs.put(projectid, data), racy=racy)
 
 
 def _no_follow(path: str, flags: int) -> int:
@@ -275,11 +285,16 @@ class Tree:
                 return []
             if reported is None or reported.incomplete or _ignore_file_changed(reported):
                 listing = await git.unignored_files(self.root, self.shadow)
-                return await asyncio.to_thread(self._walk_all, blobs, listing)
+                watcher = Watcher.open(self.root) if listing is not None else None
+                # The folders ignored whole are not watched; without a watcher, not asked for.
+                ignored = await git.ignored_folders(self.root, self.shadow) if watcher is not None else []
+                return await asyncio.to_thread(self._walk_all, blobs, listing, ignored or [], watcher)
             pathspecs = tuple(sorted({_glob_children(folder) for folder in reported.folders}
                                      | set(reported.created)))
             listed = await git.unignored_files(self.root, self.shadow, pathspecs) if pathspecs else []
-            return await asyncio.to_thread(self._walk_some, blobs, reported, listed or [])
+            created = tuple(sorted(reported.created))
+            ignored = await git.ignored_folders(self.root, self.shadow, created) if created else []
+            return await asyncio.to_thread(self._walk_some, blobs, reported, listed or [], ignored or [])
 
     def absorb(self, blobs: Blobs, paths: Iterable[str]) -> None:
         """Take in files that Totem itself just changed, so no capture counts them again.
@@ -296,20 +311,22 @@ class Tree:
     def digests(self) -> set[str]:
         return {seen.digest for seen in self.files.values() if seen.digest}
 
-    def _walk_all(self, blobs: Blobs, listing: list[str] | None) -> list[Change]:
+    def _walk_all(self, blobs: Blobs, listing: list[str] | None, ignored: list[str],
+                  watcher: Watcher | None) -> list[Change]:
         self.walks += 1
         if listing is None:  # no git: every file but those under .git
             listing = list(_plain_listing(self.root))
         listed = set(listing)
-        changes = [change for path in listing if (change := self._look(blobs, path)) is not None]
+        folders: dict[str, bool] = {}
+        changes = [change for path in listing if (change := self._look(blobs, path, folders=folders)) is not None]
         for path in [path for path in self.files if path not in listed]:
             changes.append(Change(path, self.files.pop(path), None))
-        self._rewatch(listing)
+        self._rewatch(set(ignored), watcher)
         first = not self.ready
         self.ready = True
         return [] if first else changes
 
-    def _walk_some(self, blobs: Blobs, reported, listed: list[str]) -> list[Change]:
+    def _walk_some(self, blobs: Blobs, reported, listed: list[str], ignored: list[str]) -> list[Change]:
         listed_set = set(listed)
         candidates = set(listed)
         candidates.update(path for path in reported.files if path in self.files or path in listed_set)
@@ -324,24 +341,34 @@ class Tree:
         for path in sorted(candidates):
             if path not in self.files and path not in listed_set:
                 continue  # reported, but ignored
-            change = self._look(blobs, path)
+            change = self._look(blobs, path, force=path in reported.files)
             if change is not None:
                 changes.append(change)
         for removed in reported.removed:
             if self.watcher is not None:
                 self.watcher.forget(removed)
-        self._watch_folders(listed, reported.created)
+        if self.watcher is not None:
+            skipped = set(ignored)
+            for folder in sorted(reported.created):
+                if folder not in skipped:
+                    for found in _folders(self.root, folder, skipped):
+                        self.watcher.watch(found)
         return changes
 
-    def _look(self, blobs: Blobs, path: str) -> Change | None:
+    def _look(self, blobs: Blobs, path: str, force: bool = False,
+              folders: dict[str, bool] | None = None) -> Change | None:
+        """Compare one file with what the last capture saw. Its stat alone is trusted only when
+        the watcher did not report it and it was not changed just before the last look (two
+        writes of the same size within one tick of the clock leave the same stat: git's "racily
+        clean" files)."""
         known = self.files.get(path)
-        info = _lstat_inside(self.root, path)
+        info = _lstat_inside(self.root, path, folders)
         if info is None:
             if known is None:
                 return None
             del self.files[path]
             return Change(path, known, None)
-        if known is not None and known.same_stat(info):
+        if known is not None and not force and known.same_stat(info) and not known.racy:
             return None
         seen = read_kept(blobs, self.projectid, self.root, path, info)
         if seen is None:
@@ -354,31 +381,32 @@ class Tree:
             return None  # touched, same content
         return Change(path, known, seen)
 
-    def _rewatch(self, listing: list[str]) -> None:
+    def _rewatch(self, ignored: set[str], watcher: Watcher | None) -> None:
+        """Watch every folder of the tree but `.git`, links and the folders ignored whole: a
+        folder with no file kept yet (empty, or only ignored files) may get one later."""
         if self.watcher is not None:
             self.watcher.close()
-        self.watcher = Watcher.open(self.root)
+        self.watcher = watcher
         if self.watcher is None:
             return
-        self.watcher.watch("")
-        self._watch_folders(listing, ())
-
-    def _watch_folders(self, listing: Iterable[str], created: Iterable[str]) -> None:
-        if self.watcher is None:
-            return
-        folders = set()
-        for path in listing:
-            folder = path.rpartition("/")[0]
-            while folder and folder not in folders:
-                folders.add(folder)
-                folder = folder.rpartition("/")[0]
-        for folder in created:  # an empty new folder may get files later
-            absolute = os.path.join(self.root, folder)
-            with contextlib.suppress(OSError):
-                if not os.path.islink(absolute) and not os.listdir(absolute):
-                    folders.add(folder)
-        for folder in sorted(folders):
+        for folder in _folders(self.root, "", ignored):
             self.watcher.watch(folder)
+
+
+def _folders(root: str, top: str, ignored: set[str]) -> Iterable[str]:
+    """`top` and the folders under it, relative, but `.git`, links and `ignored`."""
+    stack = [top]
+    while stack:
+        folder = stack.pop()
+        yield folder
+        try:
+            entries = list(os.scandir(os.path.join(root, folder) if folder else root))
+        except OSError:
+            continue
+        for entry in entries:
+            relative = f"{folder}/{entry.name}" if folder else entry.name
+            if entry.name != ".git" and relative not in ignored and entry.is_dir(follow_symlinks=False):
+                stack.append(relative)
 
 
 def _glob_children(folder: str) -> str:
@@ -556,6 +584,8 @@ class Snapshots:
         await self.enforce_limit(scope.projectid)
 
     async def enforce_limit(self, projectid: str) -> None:
+        if await asyncio.to_thread(self.blobs.size, projectid) <= self.blobs.limit_bytes:
+            return  # under the cap: no need to know what is needed
         needed = await self.store.snapshot_digests(projectid)
         for tree in self._trees.values():
             if tree.projectid == projectid:

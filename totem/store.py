@@ -26,6 +26,7 @@ from .rows import (
     ProjectRow,
     ProviderRow,
     RuleRow,
+    ScheduleRow,
     SessionRow,
     SnapshotRow,
 )
@@ -217,6 +218,11 @@ MIGRATIONS = (
     CREATE INDEX snapshots_by_session ON snapshots(sessionid, id);
     ALTER TABLE messages ADD COLUMN reverted INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE sessions ADD COLUMN redo TEXT;
+    """,
+    # 7: the schedule a session was run for (its runs' sessions stay when it goes).
+    """
+    ALTER TABLE sessions ADD COLUMN schedule TEXT;
+    CREATE INDEX schedules_by_project ON schedules(projectid, id);
     """,
 )
 
@@ -895,10 +901,13 @@ class Store:
                 (sessionid, upto or "\uffff")))
             for message in messages:
                 copy = new()
+                renamed = {attachment["id"]: new() for attachment in _rows(c.execute(
+                    "SELECT id FROM attachments WHERE messageid = ?", (message["id"],)))}
                 c.execute("INSERT INTO messages (id, sessionid, role, model, usage, data, created, finished)"
                           " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                          (copy, newid, message["role"], message["model"], message["usage"], message["data"],
-                           message["created"], message["finished"] or stamp))
+                          (copy, newid, message["role"], message["model"], message["usage"],
+                           _renamed_attachments(message["data"], renamed), message["created"],
+                           message["finished"] or stamp))
                 parts = _rows(c.execute("SELECT * FROM parts WHERE messageid = ? ORDER BY id", (message["id"],)))
                 _join_pieces(c, parts)
                 for part in parts:
@@ -911,11 +920,64 @@ class Store:
                                                   (message["id"],))):
                     c.execute("INSERT INTO attachments (id, sessionid, messageid, name, mime, size, data, created)"
                               " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                              (new(), newid, copy, attachment["name"], attachment["mime"],
+                              (renamed[attachment["id"]], newid, copy, attachment["name"], attachment["mime"],
                                attachment["size"], attachment["data"], stamp))
             todos = c.execute("SELECT items FROM todos WHERE sessionid = ?", (sessionid,)).fetchone()
             if todos is not None:
                 c.execute("INSERT INTO todos (sessionid, items, updated) VALUES (?, ?, ?)", (newid, todos[0], stamp))
+            return _row(c.execute("SELECT * FROM sessions WHERE id = ?", (newid,)))
+        return await self.write(run)
+
+    # -- schedules ----------------------------------------------------------------------------
+
+    async def list_schedules(self, projectid: str | None = None) -> list[ScheduleRow]:
+        """The schedules of a project (of every project without one), oldest first."""
+        def run(c):
+            if projectid is None:
+                rows = _rows(c.execute("SELECT * FROM schedules ORDER BY id"))
+            else:
+                rows = _rows(c.execute("SELECT * FROM schedules WHERE projectid = ? ORDER BY id", (projectid,)))
+            return [_decode_schedule(row) for row in rows]
+        return await self.read(run)
+
+    async def get_schedule(self, scheduleid: str) -> ScheduleRow | None:
+        def run(c):
+            row = _row(c.execute("SELECT * FROM schedules WHERE id = ?", (scheduleid,)))
+            return _decode_schedule(row) if row else None
+        return await self.read(run)
+
+    async def save_schedule(self, scheduleid: str | None, projectid: str, data: dict) -> ScheduleRow | None:
+        """Create (scheduleid None) or replace a schedule's data; None when the project or the
+        schedule is gone."""
+        newid = scheduleid or self.ids.new()
+
+        def run(c):
+            stamp = now_ms()
+            if c.execute("SELECT 1 FROM projects WHERE id = ?", (projectid,)).fetchone() is None:
+                return None
+            if scheduleid is None:
+                c.execute("INSERT INTO schedules (id, projectid, data, created, updated) VALUES (?, ?, ?, ?, ?)",
+                          (newid, projectid, json.dumps(data), stamp, stamp))
+            elif c.execute("UPDATE schedules SET data = ?, updated = ? WHERE id = ? AND projectid = ?",
+                           (json.dumps(data), stamp, newid, projectid)).rowcount == 0:
+                return None
+            return _decode_schedule(_row(c.execute("SELECT * FROM schedules WHERE id = ?", (newid,))))
+        return await self.write(run)
+
+    async def remove_schedule(self, scheduleid: str) -> bool:
+        return await self.write(lambda c: c.execute(
+            "DELETE FROM schedules WHERE id = ?", (scheduleid,)).rowcount > 0)
+
+    async def create_scheduled_session(self, projectid: str, name: str, scheduleid: str) -> SessionRow | None:
+        """A new idle session marked as a run of a schedule, or None when the project is gone."""
+        newid = self.ids.new()
+
+        def run(c):
+            if c.execute("SELECT 1 FROM projects WHERE id = ?", (projectid,)).fetchone() is None:
+                return None
+            stamp = now_ms()
+            c.execute("INSERT INTO sessions (id, projectid, name, schedule, created, updated)"
+                      " VALUES (?, ?, ?, ?, ?, ?)", (newid, projectid, name, scheduleid, stamp, stamp))
             return _row(c.execute("SELECT * FROM sessions WHERE id = ?", (newid,)))
         return await self.write(run)
 
@@ -934,7 +996,7 @@ def session_view(row: SessionRow) -> dict:
     return {"id": row["id"], "projectid": row["projectid"], "name": row["name"], "status": row["status"],
             "mode": row["mode"], "autoaccept": bool(row["autoaccept"]), "model": row["model"],
             "worktree": row["worktree"], "created": row["created"], "updated": row["updated"],
-            "error": row["error"], "redo": bool(row["redo"])}
+            "error": row["error"], "redo": bool(row["redo"]), "schedule": row["schedule"]}
 
 
 def _settle(future: asyncio.Future, ok: bool, value) -> None:
@@ -949,6 +1011,22 @@ def _settle(future: asyncio.Future, ok: bool, value) -> None:
 def _decode_message(row: dict) -> dict:
     row["reverted"] = bool(row.get("reverted"))
     row["usage"] = json.loads(row["usage"]) if row.get("usage") else None
+    row["data"] = json.loads(row["data"]) if row.get("data") else {}
+    return row
+
+
+def _renamed_attachments(data: str, renamed: dict[str, str]) -> str:
+    """A message's data (JSON) naming the copies of its attachments instead of the originals."""
+    if not renamed:
+        return data
+    decoded = json.loads(data) if data else {}
+    for item in decoded.get("attachments") or ():
+        if isinstance(item, dict) and item.get("id") in renamed:
+            item["id"] = renamed[item["id"]]
+    return json.dumps(decoded)
+
+
+def _decode_schedule(row: dict) -> dict:
     row["data"] = json.loads(row["data"]) if row.get("data") else {}
     return row
 

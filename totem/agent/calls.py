@@ -150,7 +150,7 @@ class ToolCalls:
         sessionid, root = asker.sessionid, asker.root
 
         async def ask(text: str, options: list[str]) -> str:
-            return await self.gate.questions.question(sessionid, text, options)
+            return await self.gate.question(asker, text, options)
 
         async def set_todos(items: list[dict]) -> None:
             await self.store.set_todos(sessionid, items)

@@ -22,7 +22,7 @@ from typing import NotRequired, TypedDict
 
 from ..boundary import BoundaryError, is_protected_env, relative_path, resolve_inside
 from ..git import repository_runs_programs
-from ..permissions import TEXT, Call, Decision, DecisionRow, Rule, ToolKind, decide, suggest_patterns
+from ..permissions import SCHEDULED_REASON, TEXT, Call, Decision, DecisionRow, Rule, ToolKind, decide, suggest_patterns
 from ..shellwords import reveal
 from ..store import Store, now_ms
 from .questions import Questions
@@ -87,6 +87,13 @@ class PermissionGate:
                     outside=outside, inside=lambda path: stays_inside(root, path), git_programs=git_programs)
         return decide(call, await self.rules(asker.projectid)), call
 
+    async def question(self, asker: Asker, text: str, options: list[str]) -> str:
+        """Ask the person a question (the ask tool, the loop guard); in a scheduled run nobody
+        is there, and that is the answer at once."""
+        if asker.scheduled:
+            return NOBODY_HERE
+        return await self.questions.question(asker.sessionid, text, options)
+
     async def settle(self, asker: Asker, tool: str, subjects: tuple[str, ...], args: dict, *,
                      outside: bool = False, always_ask: str | None = None,
                      before_ask: Callable[[], Awaitable[None]] | None = None,
@@ -98,6 +105,10 @@ class PermissionGate:
         record: AuditRecord = {**decision.to_dict(), "at": now_ms(),
                                "by": "code" if decision.rule is None else "rule"}
         if decision.action == "deny" or (decision.action == "allow" and not always_ask):
+            return record
+        if asker.scheduled:  # what would always ask the person (fetch of a private address)
+            record.update({"action": "deny", "reason": f"{subjects[0]}: {always_ask}; {SCHEDULED_REASON}",
+                           "by": "code"})
             return record
         if always_ask:
             record["reason"] = f"{subjects[0]}: {always_ask}; asked even under an allow rule"
@@ -116,6 +127,9 @@ class PermissionGate:
                 await self.store.add_rule(asker.projectid, tool, pattern, "allow")
             record["saved"] = [{"tool": tool, "pattern": pattern, "action": "allow"} for pattern in chosen]
         return record
+
+
+NOBODY_HERE = "nobody is here: this is a scheduled run, no one can answer; decide yourself or stop"
 
 
 def asked(decision: Decision, call: Call) -> list[dict]:

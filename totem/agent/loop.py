@@ -107,7 +107,8 @@ class Runs:
         sessionid = session["id"]
         if sessionid in self._runs:
             raise RunRefused("the session is running; wait for it to finish or abort it")
-        asker = Asker(sessionid, project["id"], real_root(project["path"]), prompt.mode, prompt.autoaccept)
+        asker = Asker(sessionid, project["id"], real_root(project["path"]), prompt.mode, prompt.autoaccept,
+                      prompt.scheduled)
         run = _Run(session, project, prompt, asker)
         self._runs[sessionid] = run  # claimed before any await, so a second prompt is refused
         try:
@@ -197,8 +198,8 @@ class Runs:
                 signature = call.name + "\0" + _canonical(call.arguments)
                 repeats = repeats + [signature] if repeats and repeats[-1] == signature else [signature]
                 if len(repeats) >= LOOP_GUARD_REPEATS:
-                    answer = await self.questions.question(
-                        run.session["id"], f"The model called {call.name} with the same input "
+                    answer = await self.gate.question(
+                        run.asker, f"The model called {call.name} with the same input "
                         f"{LOOP_GUARD_REPEATS} times in a row. Go on?", ["Go on", "Stop"])
                     if answer != "Go on":
                         return "idle"

@@ -25,6 +25,7 @@ class Prompt:
     autoaccept: bool = False
     reasoning: str | None = None
     attachments: list[tuple[str, str, bytes]] = field(default_factory=list)
+    scheduled: bool = False  # a run of a schedule: nobody is there to answer
 
 
 async def store_user_message(store, hub, session: dict, prompt: Prompt) -> dict:

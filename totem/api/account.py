@@ -19,7 +19,7 @@ CAPABILITIES = {
     "questions": True,  # the ask tool and Questions|reply
     "todos": True,  # the todo tool and Sessions|todos
     "terminal": True,  # Sessions|terminal, terminalinput, terminalresize, terminalstop
-    "schedules": False,  # Schedules|...: not yet
+    "schedules": True,  # Schedules|list, save, remove, run, and the scheduler
     "mcp": False,  # POST /$mcp/ and the MCP client: not yet (config.ini's mcp does nothing yet)
     "worktrees": False,  # sessions_create worktree, Sessions|worktreemerge, worktreediscard: not yet
     "undo": True,  # Sessions|undo, redo and diff, over the snapshots of every change

@@ -1,0 +1,267 @@
+"""File changes in the browser: the diff before approving, the Changes panel, Undo and Redo from a
+message, and Save as on a code block; against the real server and the scripted model."""
+
+import os
+import subprocess
+import time
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.model_server import reply
+from tests.ui.harness import CHROMIUM, shot
+
+pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),
+                                reason=f"the browser tests need Debian's Chromium at {CHROMIUM}")
+
+ADDED_BACKGROUND = "rgb(230, 255, 236)"
+REMOVED_BACKGROUND = "rgb(255, 235, 233)"
+
+
+def open_session(page, project, session):
+    page.goto(f"/#/{project['id']}/{session['id']}")
+    expect(page.locator("#session-title")).to_have_text(session["name"])
+    expect(page.locator("#connection")).to_have_attribute("data-state", "open")
+
+
+def send(page, text):
+    page.fill("#prompt", text)
+    page.press("#prompt", "Enter")
+
+
+def read(project, path):
+    with open(os.path.join(project["path"], path)) as handle:
+        return handle.read()
+
+
+def write(project, path, text):
+    with open(os.path.join(project["path"], path), "w") as handle:
+        handle.write(text)
+
+
+def wait_for_file(project, path, text, timeout_s=10):
+    deadline = time.monotonic() + timeout_s
+    while read(project, path) != text:
+        assert time.monotonic() < deadline, (path, read(project, path))
+        time.sleep(0.05)
+
+
+def prompt_autoaccept(live, session, text):
+    """A prompt whose file edits need no approval, as the Auto-accept box sends it."""
+    live.api("sessions_prompt", {"text": text, "model": live.modelref, "autoaccept": True}, ident=session["id"])
+
+
+def test_diff_shown_before_approving_an_edit(live, page):
+    """The question of an edit shows its diff, coloured, with the raw input behind Details; the
+    file stays as it was until Allow."""
+    project = live.project("previewed", {"a.txt": "one\ntwo\nthree\n"})
+    session = live.session(project, "Preview")
+    open_session(page, project, session)
+    live.model.script(reply(tool_calls=[("edit", {"path": "a.txt", "old": "two", "new": "TWO <b>2</b>"})]),
+                      reply("Edited."))
+    send(page, "Change line two")
+    card = page.locator(".ask.permission")
+    expect(card).to_be_visible()
+    diff = card.locator(".ask-preview .file-diff")
+    expect(diff).to_have_count(1)
+    expect(diff.locator(".diff-path")).to_have_text("a.txt")
+    expect(diff.locator(".diff-word")).to_have_text("modified")
+    expect(diff.locator(".diff-counts")).to_have_text("+1 −1")
+    expect(diff.locator(".diff-hunk")).to_have_text(["@@ -1,3 +1,3 @@"])
+    expect(diff.locator(".diff-del")).to_have_text(["-two"])
+    expect(diff.locator(".diff-add")).to_have_text(["+TWO <b>2</b>"])  # markup stays text
+    expect(diff.locator(".diff-ctx")).to_have_text([" one", " three"])
+    assert diff.locator(".diff-add").evaluate("e => getComputedStyle(e).backgroundColor") == ADDED_BACKGROUND
+    assert diff.locator(".diff-del").evaluate("e => getComputedStyle(e).backgroundColor") == REMOVED_BACKGROUND
+    assert card.locator("b").count() == 0
+    raw = card.locator(".ask-input")
+    expect(raw).to_be_hidden()
+    card.locator(".ask-details summary").click()
+    expect(raw).to_be_visible()
+    expect(raw).to_contain_text('"old": "two"')
+    shot(page, "permission-diff.png")
+    page.wait_for_timeout(200)
+    assert read(project, "a.txt") == "one\ntwo\nthree\n"  # nothing is written before the answer
+
+    card.get_by_role("button", name="Allow once").click()
+    expect(page.locator(".msg.assistant .md").last).to_have_text("Edited.")
+    assert read(project, "a.txt") == "one\nTWO <b>2</b>\nthree\n"
+    expect(page.locator(".part.tool .tool-changed .changed-file")).to_have_text(["a.txt"])
+
+
+def git(root, *args):
+    subprocess.run(["git", "-c", "user.name=Totem Tests", "-c", "user.email=tests@example.invalid", *args],
+                   cwd=root, check=True, capture_output=True)
+
+
+def test_changes_panel_lists_the_files_and_shows_their_patch(live, page):
+    """After a run the Changes panel lists each changed file with status and counts, live; a file,
+    a changed file of a tool call or of the Git panel shows its patch in colour."""
+    project = live.project("panel", {"a.txt": "alpha\nbeta\n", "keep.txt": "kept\n"})
+    git(project["path"], "init", "-q", "-b", "main")
+    git(project["path"], "add", ".")
+    git(project["path"], "commit", "-q", "-m", "first")
+    session = live.session(project, "Panel")
+    open_session(page, project, session)
+    files = page.locator("#diff-files li[data-path]")
+    expect(files).to_have_count(0)
+    expect(page.locator("#diff-files")).to_contain_text("No file changed")
+    live.model.script(reply(tool_calls=[("edit", {"path": "a.txt", "old": "beta", "new": "gamma\ndelta"}),
+                                        ("write", {"path": "src/new.py", "content": "print('new')\n"})]),
+                      reply("Two files changed."))
+    prompt_autoaccept(live, session, "Change two files")
+    expect(page.locator(".msg.assistant .md").last).to_have_text("Two files changed.")
+    expect(files).to_have_count(2)  # refreshed by diff.updated, without reloading the page
+    edited = page.locator("#diff-files li[data-path='a.txt']")
+    created = page.locator("#diff-files li[data-path='src/new.py']")
+    expect(edited.locator(".diff-status")).to_have_text("M")
+    expect(edited.locator(".diff-counts")).to_have_text("+2 −1")
+    expect(created.locator(".diff-status")).to_have_text("A")
+    expect(created.locator(".diff-counts")).to_have_text("+1 −0")
+    expect(page.locator("#diff-count")).to_have_text("2")
+    view = page.locator("#diff-view")
+    expect(view).to_be_hidden()
+
+    edited.click()
+    expect(view).to_be_visible()
+    expect(edited).to_have_class("active")
+    expect(view.locator(".diff-path")).to_have_text("a.txt")
+    expect(view.locator(".diff-del")).to_have_text(["-beta"])
+    expect(view.locator(".diff-add")).to_have_text(["+gamma", "+delta"])
+    assert view.locator(".diff-add").first.evaluate("e => getComputedStyle(e).backgroundColor") == ADDED_BACKGROUND
+    shot(page, "changes-panel.png")
+    view.get_by_role("button", name="Close the diff").click()
+    expect(view).to_be_hidden()
+
+    # A tool call names the files it changed; each opens its diff.
+    page.locator(".tool-changed .changed-file", has_text="src/new.py").click()
+    expect(view.locator(".diff-path")).to_have_text("src/new.py")
+    expect(view.locator(".diff-add")).to_have_text(["+print('new')"])
+    expect(view.locator(".diff-word")).to_have_text("added")
+    # So does a changed file of the Git panel, which follows the changes too (as does the tree).
+    expect(page.locator("#git .changes li[data-path='a.txt']")).to_be_visible()
+    expect(page.locator("#tree li.dir[data-path='src']")).to_be_visible()
+    page.locator("#git .changes li[data-path='a.txt']").click()
+    expect(view.locator(".diff-path")).to_have_text("a.txt")
+    expect(view.locator(".diff-add")).to_have_text(["+gamma", "+delta"])
+
+
+def test_undo_and_redo_from_a_message(live, page):
+    """Undo on the message that changed a file restores it on disk and dims the message; Redo puts
+    the change back; a file changed by hand since is a conflict, left as it is and listed, and
+    Restore anyway restores it; Fork opens a new session up to a message."""
+    project = live.project("undoing", {"a.txt": "original\n"})
+    session = live.session(project, "Undoing")
+    open_session(page, project, session)
+    live.model.script(reply(tool_calls=[("write", {"path": "a.txt", "content": "rewritten\n"})]),
+                      reply("Rewritten."))
+    prompt_autoaccept(live, session, "Rewrite a.txt")
+    expect(page.locator(".msg.assistant .md").last).to_have_text("Rewritten.")
+    assert read(project, "a.txt") == "rewritten\n"
+    expect(page.locator("#diff-files li[data-path='a.txt']")).to_be_visible()
+    redo_bar = page.locator("#redo-bar")
+    expect(redo_bar).to_be_hidden()
+    expect(page.locator(".msg.reverted")).to_have_count(0)
+
+    changed = page.locator(".msg.assistant.changed")
+    expect(changed).to_have_count(1)
+    changed.hover()
+    changed.locator(".msg-actions").get_by_role("button", name="Undo").click()
+    wait_for_file(project, "a.txt", "original\n")
+    reverted = page.locator(".msg.reverted")
+    expect(reverted).to_have_count(2)  # the message and the one after it
+    expect(reverted.first.locator(".undone-note")).to_have_text("undone")
+    expect(reverted.first.locator(".parts")).to_have_css("opacity", "0.45")  # dimmed
+    expect(page.locator(".msg.user")).not_to_have_class("reverted")
+    expect(page.locator("#diff-files li[data-path]")).to_have_count(0)  # nothing differs any more
+    expect(redo_bar).to_be_visible()
+    shot(page, "undone.png")
+
+    redo_bar.get_by_role("button", name="Redo").click()
+    wait_for_file(project, "a.txt", "rewritten\n")
+    expect(page.locator(".msg.reverted")).to_have_count(0)
+    expect(redo_bar).to_be_hidden()
+    expect(page.locator("#diff-files li[data-path='a.txt']")).to_be_visible()
+
+    # Changed by hand since: Undo leaves it and says so.
+    write(project, "a.txt", "by hand\n")
+    changed.hover()
+    changed.locator(".msg-actions").get_by_role("button", name="Undo").click()
+    notice = page.locator("#change-notice")
+    expect(notice).to_be_visible()
+    expect(notice.locator("li.conflict")).to_contain_text("a.txt")
+    expect(notice.get_by_role("button", name="Restore anyway")).to_be_visible()
+    assert read(project, "a.txt") == "by hand\n"
+    shot(page, "undo-conflict.png")
+    notice.get_by_role("button", name="Restore anyway").click()  # Undo again, with force
+    wait_for_file(project, "a.txt", "original\n")
+    expect(notice).to_be_hidden()
+    expect(page.locator(".msg.reverted")).to_have_count(2)
+
+    first = page.locator(".msg.user").first
+    first.hover()
+    first.get_by_role("button", name="Fork").click()
+    expect(page.locator("#session-title")).to_have_text("Undoing (fork)")
+    expect(page.locator("#sessions li.active")).to_contain_text("Undoing (fork)")
+    expect(page.locator(".msg.user .parts")).to_have_text(["Rewrite a.txt"])
+
+
+def test_save_code_block_as_a_file_with_replace_confirmation(live, page):
+    """Save as writes a code block to a new file; saving again to that path asks "exists. Replace?"
+    and replaces it only when confirmed; a path outside the project is refused with the reason."""
+    project = live.project("saving", {"a.txt": "x\n"})
+    session = live.session(project, "Saving")
+    open_session(page, project, session)
+    live.model.script(reply("Here it is:\n\n```python\nprint('hello <world>')\n```\n"))
+    send(page, "Write hello")
+    block = page.locator(".msg.assistant .codeblock")
+    expect(block.locator("code")).to_have_text("print('hello <world>')")
+    block.get_by_role("button", name="Save as").click()
+    path_input = block.locator("input.saveas-path")
+    expect(path_input).to_be_focused()
+    path_input.fill("out/hello.py")
+    path_input.press("Enter")
+    expect(block.locator(".saveas-done")).to_have_text("Saved out/hello.py (23 bytes)")
+    assert read(project, "out/hello.py") == "print('hello <world>')\n"
+    expect(block.locator(".saveas-form")).to_have_count(0, timeout=8000)
+
+    write(project, "out/hello.py", "changed by hand\n")
+    block.get_by_role("button", name="Save as").click()
+    block.locator("input.saveas-path").fill("out/hello.py")
+    block.get_by_role("button", name="Save", exact=True).click()
+    confirm = block.locator(".saveas-confirm")
+    expect(confirm).to_contain_text("out/hello.py exists. Replace?")
+    shot(page, "save-as-replace.png")
+    assert read(project, "out/hello.py") == "changed by hand\n"
+    confirm.get_by_role("button", name="Replace").click()
+    expect(block.locator(".saveas-done")).to_have_text("Replaced out/hello.py (23 bytes)")
+    assert read(project, "out/hello.py") == "print('hello <world>')\n"
+    expect(block.locator(".saveas-form")).to_have_count(0, timeout=8000)
+
+    block.get_by_role("button", name="Save as").click()
+    block.locator("input.saveas-path").fill("../outside.py")
+    block.locator("input.saveas-path").press("Enter")
+    expect(block.locator(".saveas-error")).to_contain_text("outside the project")
+    assert not os.path.exists(os.path.join(os.path.dirname(project["path"]), "outside.py"))
+    block.locator("input.saveas-path").press("Escape")
+    expect(block.locator(".saveas-form")).to_have_count(0)
+    expect(page.locator("#diff-files li[data-path='out/hello.py']")).to_be_visible()
+
+
+def test_patch_lines_and_preview_entries(live, page):
+    """A removed line that starts with "--" stays a removed line (the hunk's counts say where it
+    ends); an {error} entry and a protected file's note are shown as text."""
+    page.goto("/login")  # any page of the origin: the module is imported on its own
+    shown = page.evaluate("""async () => {
+        const { patchLines, renderFileDiff } = await import('/diff.js');
+        const kinds = patchLines('--- a/x\\n+++ b/x\\n@@ -1,2 +1,2 @@\\n--- old rule\\n+++ new rule\\n ctx\\n'
+                                 + '\\\\ No newline at end of file\\n').map(([kind]) => kind);
+        const box = document.createElement('div');
+        box.append(renderFileDiff({ error: '<b>old</b> not found' }),
+                   renderFileDiff({ path: '.env', status: 'modified', note: 'a protected secret file' }));
+        return { kinds, html: box.innerHTML, text: box.textContent };
+    }""")
+    assert shown["kinds"] == ["meta", "meta", "hunk", "del", "add", "ctx", "meta"]
+    assert "<b>" not in shown["html"] and "&lt;b&gt;old&lt;/b&gt; not found" in shown["html"]
+    assert 'class="diff-error"' in shown["html"]
+    assert "a protected secret file" in shown["text"] and "+0" not in shown["text"]
