@@ -437,9 +437,9 @@ class TruthfulSurfacesTest(TotemCase):
         """Account|read says false for every feature that is not built, whatever config.ini says."""
         answer = await request(self.app, "GET", "/api/account")
         capabilities = answer.json()["capabilities"]
-        for name in ("mcp", "worktrees", "forge"):
+        for name in ("mcp", "forge"):
             self.assertIs(capabilities.get(name, False), False, name)
-        for name in ("jobs", "attachments", "questions", "todos", "terminal", "undo", "fork", "schedules"):
+        for name in ("jobs", "attachments", "questions", "todos", "terminal", "undo", "fork", "schedules", "worktrees"):
             self.assertIs(capabilities[name], True, name)
         self.assertNotIn("forgedocs", capabilities)
 

@@ -69,8 +69,9 @@ class App:
         self.runs = Runs(self.store, self.hub, self.providers, default_registry(), config.steps, config.rules,
                          self.jobs, provider_service.scrubber, snapshots=self.snapshots)
         self.terminals = Terminals(self.hub, provider_service.scrubber, config.terminalshell)
-        sessions = Sessions(self.store, self.hub, self.runs, self.jobs, self.providers, self.terminals)
-        self.services = Services(sessions=sessions, projects=Projects(self.store, sessions, self.snapshots),
+        sessions = Sessions(self.store, self.hub, self.runs, self.jobs, self.providers, self.terminals, config.data)
+        projects = Projects(self.store, sessions, self.snapshots, config.data)
+        self.services = Services(sessions=sessions, projects=projects,
                                  providers=provider_service,
                                  changes=Changes(self.store, self.hub, self.snapshots, self.runs, self.jobs),
                                  schedules=Schedules(self.store, self.hub, sessions, self.providers))

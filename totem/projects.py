@@ -16,7 +16,8 @@ import os
 import stat
 from typing import Any
 
-from .boundary import BoundaryError, is_protected_env, relative_path, resolve_inside
+from . import worktrees
+from .boundary import BoundaryError, is_protected_env, real_root, relative_path, resolve_inside
 from .errors import ApiError, BadRequest, NotFound
 from .git import GitError, folder_status
 from .rows import ProjectRow
@@ -30,6 +31,7 @@ HIDDEN_IN_TREE = frozenset((".git",))
 GIT_FAILED_STATUS = 502  # git itself failed: the folder is fine, the tool we depend on is not
 
 Project = dict[str, Any]
+LeftOver = list[dict[str, Any]]  # module level: `Projects.list` hides the builtin in the class
 
 
 def project_view(row: ProjectRow) -> Project:
@@ -41,10 +43,11 @@ def project_view(row: ProjectRow) -> Project:
 class Projects:
     """The folders that Totem works in."""
 
-    def __init__(self, store: Store, sessions, snapshots=None):
+    def __init__(self, store: Store, sessions, snapshots=None, data_dir: str | None = None):
         self.store = store
         self.sessions = sessions  # sessions.Sessions, for the cascade of a removal
         self.snapshots = snapshots  # snapshots.Snapshots: a forgotten project's kept contents go
+        self.data_dir = data_dir  # where session worktrees are (<data>/worktrees)
 
     async def get(self, projectid: str) -> ProjectRow:
         """The stored row of a project. Raises NotFound."""
@@ -108,9 +111,39 @@ class Projects:
         NotFound, ApiError 502 when git fails."""
         project = await self.get(projectid)
         try:
-            return await folder_status(project["path"])
+            answer = await folder_status(project["path"])
         except GitError as exc:
             raise ApiError(("git", str(exc)), status=GIT_FAILED_STATUS) from None
+        if answer.get("repository") and not answer.get("refused"):
+            answer["leftover"] = await self.leftover_worktrees(project)
+        return answer
+
+    async def leftover_worktrees(self, project: ProjectRow) -> LeftOver:
+        """`[{path, branch}]`: worktrees of removed sessions, kept because they held work."""
+        if self.data_dir is None:
+            return []
+        ours = os.path.join(os.path.realpath(self.data_dir), worktrees.WORKTREES_DIR)
+        try:
+            found = await worktrees.listed(real_root(project["path"]))
+        except worktrees.WorktreeError:
+            return []
+        left = []
+        for item in found:
+            path = os.path.realpath(item["path"])
+            if os.path.dirname(path) == ours and await self.store.get_session(os.path.basename(path)) is None:
+                left.append({"path": path, "branch": item["branch"]})
+        return left
+
+    async def discard_worktree(self, projectid: str, path: str) -> str:
+        """The person's discard of a left-over worktree (and its branch). Raises NotFound,
+        BadRequest (not a left-over worktree of this project)."""
+        project = await self.get(projectid)
+        wanted = os.path.realpath(path)
+        for item in await self.leftover_worktrees(project):
+            if item["path"] == wanted:
+                await worktrees.discard(real_root(project["path"]), wanted, item["branch"])
+                return wanted
+        raise BadRequest(("path", "is not a left-over worktree of this project"))
 
 
 def _check_folder(path: str) -> str:

@@ -11,13 +11,16 @@ It raises the errors of `errors.py`. It never parses HTTP and never imports `api
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
+from . import worktrees
 from .agent.loop import REASONING_LEVELS, Prompt, RunRefused
 from .agent.providers import ModelError
 from .boundary import real_root
-from .errors import BadRequest, Forbidden, NotFound
+from .errors import ApiError, BadRequest, Conflict, Forbidden, NotFound
 from .events import SessionUpdated
+from .git import GitError, folder_status
 from .jobs import JobError
 from .rows import SessionRow
 from .store import Store, session_view
@@ -43,13 +46,14 @@ Attachments = list[tuple[str, str, bytes]]  # (name, media type, content) of eac
 class Sessions:
     """The conversations of the projects, and what runs in them."""
 
-    def __init__(self, store: Store, hub, runs, jobs, providers, terminals=None):
+    def __init__(self, store: Store, hub, runs, jobs, providers, terminals=None, data_dir: str | None = None):
         self.store = store
         self.hub = hub
         self.runs = runs  # agent.loop.Runs, through start_prompt, abort and the questions
         self.jobs = jobs
         self.providers = providers  # agent.providers.Providers, to check a model reference
         self.terminals = terminals  # terminal.Terminals: the person's shell of each session
+        self.data_dir = data_dir  # where worktrees go (<data>/worktrees/<sessionid>)
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -96,14 +100,89 @@ class Sessions:
 
     # -- changing ---------------------------------------------------------------------------
 
-    async def create(self, projectid: str, name: str = DEFAULT_SESSION_NAME) -> Session:
-        """A new idle session of a project; publishes session.updated. Raises NotFound."""
+    async def create(self, projectid: str, name: str = DEFAULT_SESSION_NAME, worktree: bool = False) -> Session:
+        """A new idle session of a project; publishes session.updated. With `worktree`, the
+        session works in a git worktree of its own, on a branch `totem/<name>`. Raises NotFound,
+        BadRequest (a worktree of a folder that is not a git repository, or git failing)."""
+        project = await self.store.get_project(projectid) if worktree else None
+        if worktree:
+            if project is None:
+                raise NotFound(("projectid", f"no project {projectid}"))
+            try:
+                await worktrees.check_repository(real_root(project["path"]))
+            except worktrees.WorktreeError as exc:
+                raise BadRequest(("worktree", str(exc))) from None
         row = await self.store.create_session(projectid, name)
         if row is None:
             raise NotFound(("projectid", f"no project {projectid}"))
+        if worktree and project is not None:
+            row = await self._add_worktree(row, real_root(project["path"]))
         session = session_view(row)
         self.hub.publish(SessionUpdated(session["id"], session))
         return self.view(row)
+
+    async def _add_worktree(self, row: SessionRow, root: str) -> SessionRow:
+        path = worktrees.worktree_path(self.data_dir or ".", row["id"])
+        try:
+            await worktrees.create(root, path, worktrees.branch_name(row["name"], row["id"]))
+        except worktrees.WorktreeError as exc:
+            await self.store.remove_session(row["id"])
+            raise BadRequest(("worktree", str(exc))) from None
+        return await self.store.set_session_worktree(row["id"], path) or row
+
+    async def git(self, sessionid: str) -> dict:
+        """The git state of the folder where the session works: a worktree's `{worktree: true,
+        branch, into, base, ahead, behind, changes}`, else the project's folder status."""
+        session, root = await self._folders(sessionid)
+        if not session["worktree"]:
+            try:
+                return await folder_status(root)
+            except GitError as exc:
+                raise ApiError(("git", str(exc)), status=502) from None
+        try:
+            return {"worktree": True, "path": session["worktree"],
+                    **await worktrees.state(root, session["worktree"])}
+        except worktrees.WorktreeError as exc:
+            raise BadRequest(("worktree", str(exc))) from None
+
+    async def worktree_merge(self, sessionid: str) -> dict:
+        """The person's merge of the session's worktree into the project's branch. Raises
+        NotFound, BadRequest (no worktree), Conflict (running; a conflict or a dirty project:
+        nothing changed, the files named)."""
+        session, root, path = await self._worktree_session(sessionid, "merging")
+        try:
+            return await worktrees.merge(root, path, session["name"])
+        except worktrees.MergeRefused as exc:
+            raise Conflict(("worktree", f"{exc}: {', '.join(exc.files) or 'no file named'}")) from None
+        except worktrees.WorktreeError as exc:
+            raise BadRequest(("worktree", str(exc))) from None
+
+    async def worktree_discard(self, sessionid: str) -> Session:
+        """The person's discard of the session's worktree and its branch; the session stays,
+        without a folder to work in."""
+        _session, root, path = await self._worktree_session(sessionid, "discarding")
+        await worktrees.discard(root, path, await worktrees.branch_of(path))
+        row = await self.get(sessionid)
+        self.hub.publish(SessionUpdated(row["id"], session_view(row)))
+        return self.view(row)
+
+    async def _folders(self, sessionid: str) -> tuple[SessionRow, str]:
+        session = await self.get(sessionid)
+        project = await self.store.get_project(session["projectid"])
+        if project is None:
+            raise NotFound(("id", f"no project of session {sessionid}"))
+        return session, real_root(project["path"])
+
+    async def _worktree_session(self, sessionid: str, action: str) -> tuple[SessionRow, str, str]:
+        session, root = await self._folders(sessionid)
+        path = session["worktree"]
+        if not path:
+            raise BadRequest(("session", "the session has no worktree"))
+        if not os.path.isdir(path):
+            raise BadRequest(("session", "the session's worktree was discarded"))
+        if self.runs.is_running(session["id"]):
+            raise Conflict(("session", f"the session is running; stop it before {action}"))
+        return session, root, path
 
     async def rename(self, sessionid: str, name: str) -> Session:
         """Publishes session.updated. Raises NotFound."""
@@ -121,6 +200,7 @@ class Sessions:
         `removed`. Returns the id. Raises NotFound."""
         session = await self.get(sessionid)
         await self.wind_down(session["id"])
+        await self.drop_worktree(session)
         await self.store.remove_session(session["id"])
         self.announce_removed(session)
         return session["id"]
@@ -133,6 +213,21 @@ class Sessions:
         await self.jobs.forget_session(sessionid)
         if self.terminals is not None:
             await self.terminals.forget_session(sessionid)
+
+    async def drop_worktree(self, session: SessionRow) -> None:
+        """A removed session's worktree goes with its branch only when nothing would be lost;
+        else it stays, listed as left over (Projects|git) until discarded."""
+        if not session["worktree"] or not os.path.isdir(session["worktree"]):
+            return
+        project = await self.store.get_project(session["projectid"])
+        if project is None:
+            return
+        root = real_root(project["path"])
+        try:
+            if not await worktrees.loses_work(root, session["worktree"]):
+                await worktrees.discard(root, session["worktree"], await worktrees.branch_of(session["worktree"]))
+        except worktrees.WorktreeError:
+            pass  # kept: a worktree git cannot read is never removed blind
 
     def announce_removed(self, session: SessionRow) -> None:
         """Forget a removed session in the hub and tell every client that it is gone."""
@@ -152,6 +247,8 @@ class Sessions:
         reasoning level that does not exist, a session that is already running).
         """
         session = await self.get(sessionid)
+        if session["worktree"] and not os.path.isdir(session["worktree"]):
+            raise BadRequest(("session", "the session's worktree was discarded; start a new session"))
         files: Attachments = [*(attachments or ())]
         model = session["model"] if model is None else model
         mode = session["mode"] if mode is None else mode

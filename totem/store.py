@@ -527,6 +527,12 @@ class Store:
             return _row(c.execute("SELECT * FROM sessions WHERE id = ?", (newid,)))
         return await self.write(run)
 
+    async def set_session_worktree(self, sessionid: str, path: str | None) -> SessionRow | None:
+        def run(c):
+            c.execute("UPDATE sessions SET worktree = ?, updated = ? WHERE id = ?", (path, now_ms(), sessionid))
+            return _row(c.execute("SELECT * FROM sessions WHERE id = ?", (sessionid,)))
+        return await self.write(run)
+
     async def rename_session(self, sessionid: str, name: str) -> SessionRow | None:
         def run(c):
             c.execute("UPDATE sessions SET name = ?, updated = ? WHERE id = ?", (name, now_ms(), sessionid))

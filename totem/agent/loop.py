@@ -107,7 +107,9 @@ class Runs:
         sessionid = session["id"]
         if sessionid in self._runs:
             raise RunRefused("the session is running; wait for it to finish or abort it")
-        asker = Asker(sessionid, project["id"], real_root(project["path"]), prompt.mode, prompt.autoaccept,
+        # The session's folder: its worktree when it has one, else the project's.
+        asker = Asker(sessionid, project["id"], real_root(session.get("worktree") or project["path"]),
+                      prompt.mode, prompt.autoaccept,
                       prompt.scheduled)
         run = _Run(session, project, prompt, asker)
         self._runs[sessionid] = run  # claimed before any await, so a second prompt is refused

@@ -21,7 +21,7 @@ CAPABILITIES = {
     "terminal": True,  # Sessions|terminal, terminalinput, terminalresize, terminalstop
     "schedules": True,  # Schedules|list, save, remove, run, and the scheduler
     "mcp": False,  # POST /$mcp/ and the MCP client: not yet (config.ini's mcp does nothing yet)
-    "worktrees": False,  # sessions_create worktree, Sessions|worktreemerge, worktreediscard: not yet
+    "worktrees": True,  # sessions_create worktree, Sessions|git, worktreemerge, worktreediscard
     "undo": True,  # Sessions|undo, redo and diff, over the snapshots of every change
     "fork": True,  # Sessions|fork
     "commands": False,  # Projects|commands (.totem/commands and agents): not yet

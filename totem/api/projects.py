@@ -44,10 +44,20 @@ async def project_git(ctx):
     return await ctx.services.projects.git(ctx.id)
 
 
+async def discard_left_worktree(ctx):
+    await require_project(ctx)
+    body = await ctx.body(("path",))
+    path = body.text("path", required=True, max_chars=4096)
+    body.done()
+    return success(await ctx.services.projects.discard_worktree(ctx.id, path))
+
+
 ACTIONS = (
     Action("projects", "Projects|list", list_projects, mcp=True),
     Action("projects_open", "Projects|open", open_project, changes=True),
     Action("projects_remove", "Projects|remove", remove_project, changes=True, takes_id=True),
     Action("projects_files", "Projects|files", list_files, takes_id=True),
     Action("projects_git", "Projects|git", project_git, takes_id=True),
+    Action("projects_worktreediscard", "Projects|worktreediscard", discard_left_worktree, changes=True,
+           takes_id=True),
 )

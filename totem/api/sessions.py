@@ -41,11 +41,12 @@ async def list_sessions(ctx):
 
 
 async def create_session(ctx):
-    body = await ctx.body(("projectid", "name"))
+    body = await ctx.body(("projectid", "name", "worktree"))
     projectid = body.text("projectid", required=True, max_chars=64)
     name = body.text("name", max_chars=MAX_NAME_CHARS, default=DEFAULT_SESSION_NAME)
+    worktree = body.boolean("worktree", default=False)
     body.done()
-    return await ctx.services.sessions.create(projectid, name)
+    return await ctx.services.sessions.create(projectid, name, bool(worktree))
 
 
 async def read_session(ctx):
@@ -265,6 +266,24 @@ async def save_as(ctx):
     return await ctx.services.changes.save_as(ctx.id, messageid, path, text, bool(replace))
 
 
+async def session_git(ctx):
+    await require_session(ctx)
+    ctx.params(()).done()
+    return await ctx.services.sessions.git(ctx.id)
+
+
+async def merge_worktree(ctx):
+    await require_session(ctx)
+    ctx.params(()).done()
+    return await ctx.services.sessions.worktree_merge(ctx.id)
+
+
+async def discard_worktree(ctx):
+    await require_session(ctx)
+    ctx.params(()).done()
+    return await ctx.services.sessions.worktree_discard(ctx.id)
+
+
 ACTIONS = (
     Action("sessions", "Sessions|list", list_sessions, mcp=True),
     Action("sessions_create", "Sessions|create", create_session, changes=True, mcp=True),
@@ -279,6 +298,9 @@ ACTIONS = (
     Action("sessions_jobs", "Sessions|jobs", list_jobs, takes_id=True),
     Action("sessions_jobstop", "Sessions|jobstop", stop_job, changes=True, takes_id=True),
     Action("sessions_undo", "Sessions|undo", undo_session, changes=True, takes_id=True),
+    Action("sessions_git", "Sessions|git", session_git, takes_id=True),
+    Action("sessions_worktreemerge", "Sessions|worktreemerge", merge_worktree, changes=True, takes_id=True),
+    Action("sessions_worktreediscard", "Sessions|worktreediscard", discard_worktree, changes=True, takes_id=True),
     Action("sessions_redo", "Sessions|redo", redo_session, changes=True, takes_id=True),
     Action("sessions_diff", "Sessions|diff", diff_session, takes_id=True, mcp=True),
     Action("sessions_fork", "Sessions|fork", fork_session, changes=True, takes_id=True),
