@@ -20,7 +20,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.join(ROOT, "totem")
 KEY = "sk-test-SERVICES-0123456789abcdef"
 SERVICE_MODULES = ("sessions.py", "projects.py", "providers_service.py", "changes.py", "schedules_service.py")
-ADAPTER_MODULES = ("api", "httpd", "websocket", "routes")
+ADAPTER_MODULES = ("api", "httpd", "websocket", "routes", "mcp")
 TODO_ITEMS = [{"text": "look", "status": "done"}]
 
 
@@ -397,7 +397,7 @@ class LayersTest(unittest.TestCase):
         services = {name[:-3] for name in SERVICE_MODULES}
         for relpath, tree in package_files():
             top = relpath.split(os.sep)[0]
-            if relpath in SERVICE_MODULES or top in ("api", "app.py", "routes.py"):
+            if relpath in SERVICE_MODULES or top in ("api", "mcp", "app.py", "routes.py"):
                 continue
             imported = {m.split(".")[0] for m in imported_modules(tree, relpath)}
             self.assertEqual(imported & services, set(), relpath)
@@ -437,7 +437,8 @@ class TruthfulSurfacesTest(TotemCase):
         """Account|read says false for every feature that is not built, whatever config.ini says."""
         answer = await request(self.app, "GET", "/api/account")
         capabilities = answer.json()["capabilities"]
-        for name in ("mcp", "forge"):
+        self.assertIs(capabilities["mcp"], True)  # configured on here, and built
+        for name in ("forge",):
             self.assertIs(capabilities.get(name, False), False, name)
         for name in ("jobs", "attachments", "questions", "todos", "terminal", "undo", "fork", "schedules", "worktrees"):
             self.assertIs(capabilities[name], True, name)
@@ -446,7 +447,7 @@ class TruthfulSurfacesTest(TotemCase):
 
 class ConfigDocsTest(unittest.TestCase):
     # The keys that config.py accepts and nothing reads yet: their features are not built.
-    NOT_YET = ("mcp", "forgemcp", "forgeurl", "forgedocs", "forge")
+    NOT_YET = ("forgemcp", "forgeurl", "forgedocs", "forge")
 
     def test_keys_that_do_nothing_say_not_yet(self):
         """config.ini's comment and the README's row of each key that does nothing yet say so,

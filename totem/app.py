@@ -23,6 +23,7 @@ from .config import Config, ConfigError, default_config_path, load_config
 from .events import Hub
 from .httpd import HttpServer
 from .jobs import Jobs
+from .mcp.server import McpServer
 from .projects import Projects
 from .providers_service import ProvidersService
 from .routes import Router
@@ -75,6 +76,8 @@ class App:
                                  providers=provider_service,
                                  changes=Changes(self.store, self.hub, self.snapshots, self.runs, self.jobs),
                                  schedules=Schedules(self.store, self.hub, sessions, self.providers))
+        # POST /$mcp/, only when config.ini says mcp = true.
+        self.mcp = McpServer(self.services) if config.mcp else None
         self.router = Router(self, static_dir)
         self.http = HttpServer(self.router.handle, config.headtimeout, config.bodytimeout, config.keepalive,
                                config.writetimeout)

@@ -22,6 +22,7 @@ COOKIE_NAME = "totem"
 COOKIE_MAX_AGE_S = 30 * 24 * 3600
 SAFE_METHODS = frozenset(("GET", "HEAD", "OPTIONS"))
 LOOPBACK_HOSTS = frozenset(("localhost", "127.0.0.1", "::1"))
+LOOPBACK_ADDRESSES = frozenset(("127.0.0.1", "::1", "::ffff:127.0.0.1"))
 # The schemes of a page that may change something here, with the port that an absent one means.
 DEFAULT_PORTS = {"http": 80, "https": 443}
 MAX_TRACKED_CLIENTS = 10_000
@@ -226,6 +227,26 @@ class Perimeter:
         if cookie and await self.store.has_login(_digest(cookie)):
             return
         raise Unauthorized(("token", "sign in with the access token"))
+
+    def authenticate_mcp(self, request) -> None:
+        """The MCP route's own rule. A request with an Origin (a web page) is refused, whatever
+        else it carries; with a token the caller sends `Authorization: Bearer <token>` (never
+        the cookie), a wrong one counting as a failure as at the login; without a token only a
+        caller on this computer's loopback. Raises Forbidden, Unauthorized, TooManyRequests."""
+        if any(name == "origin" for name, _value in request.headers):
+            raise Forbidden(("origin", "the MCP route does not serve web pages: a request with an Origin is refused"))
+        if not self.token:
+            if self.client_address(request) not in LOOPBACK_ADDRESSES:
+                raise Forbidden(("client", "without an access token only callers on this computer are served"))
+            return
+        self.check_blocked(request)
+        authorization = request.header("authorization")
+        if authorization is None:
+            raise Unauthorized(("token", "send Authorization: Bearer <token>"), headers={"WWW-Authenticate": "Bearer"})
+        scheme, _, given = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not same_token(given.strip(" "), self.token):
+            self.record_failure(request)
+            raise Unauthorized(("token", "the access token is wrong"), headers={"WWW-Authenticate": "Bearer"})
 
     async def is_authenticated(self, request) -> bool:
         try:

@@ -24,6 +24,7 @@ from .errors import Forbidden, MethodNotAllowed, NotFound
 from .httpd import SECURITY_HEADERS, Response, static_response
 
 PUBLIC_ACTIONS = frozenset(("/api/login", "/api/logout"))
+MCP_PATHS = frozenset(("/$mcp", "/$mcp/"))
 WEBSOCKET_PATHS = frozenset(("/ws", "/ws/"))
 APP_PAGES = {"/": "/index.html", "/index.html": "/index.html"}
 LOGIN_PAGES = {"/login": "/login.html", "/login.html": "/login.html"}
@@ -49,8 +50,11 @@ class Router:
     async def handle(self, request) -> Response | None:
         perimeter = self.app.perimeter
         perimeter.check_host(request)
-        perimeter.check_origin(request)
         path = request.path
+        if path in MCP_PATHS and self.app.mcp is not None:
+            perimeter.authenticate_mcp(request)
+            return await self.app.mcp.handle(request)
+        perimeter.check_origin(request)
         if path in WEBSOCKET_PATHS:
             return await self._websocket(request)
         if path.startswith("/api/"):

@@ -20,7 +20,7 @@ CAPABILITIES = {
     "todos": True,  # the todo tool and Sessions|todos
     "terminal": True,  # Sessions|terminal, terminalinput, terminalresize, terminalstop
     "schedules": True,  # Schedules|list, save, remove, run, and the scheduler
-    "mcp": False,  # POST /$mcp/ and the MCP client: not yet (config.ini's mcp does nothing yet)
+    "mcp": False,  # POST /$mcp/ when config.ini says mcp = true (read_account); the MCP client: not yet
     "worktrees": True,  # sessions_create worktree, Sessions|git, worktreemerge, worktreediscard
     "undo": True,  # Sessions|undo, redo and diff, over the snapshots of every change
     "fork": True,  # Sessions|fork
@@ -35,7 +35,7 @@ async def read_account(ctx):
         "user": {"id": "local", "name": "local"},
         "token": bool(config.token),
         "version": __version__,
-        "capabilities": CAPABILITIES | {"cookiesecure": config.cookiesecure},
+        "capabilities": CAPABILITIES | {"cookiesecure": config.cookiesecure, "mcp": bool(config.mcp)},
     }
 
 

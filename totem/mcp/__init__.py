@@ -1,0 +1,1 @@
+"""The Model Context Protocol: Totem as a server (server.py)."""
