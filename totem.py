@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Totem launcher: `python totem.py [--config PATH]` serves."""
+"""Totem launcher: `python totem.py [--config PATH]` serves; `python totem.py run ...` is the
+headless client (totem/cli.py)."""
 import sys
 
 from totem.app import main

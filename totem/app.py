@@ -144,6 +144,9 @@ async def serve(config: Config) -> None:
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["run"]:  # the headless client, not the server
+        from .cli import main as run_client
+        return run_client(argv[1:])
     parser = argparse.ArgumentParser(prog="totem.py", description="Totem, a self-hosted AI coding agent")
     parser.add_argument("--config", default=default_config_path(), help="the configuration file (config.ini)")
     args = parser.parse_args(argv)
