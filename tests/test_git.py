@@ -194,7 +194,7 @@ class RefusalTest(TotemCase):
         write(os.path.join(root, "a.py"), "two\n")
         write(os.path.join(root, "new.txt"), "new\n")
         data = await self.status("clean")
-        self.assertEqual(data, {"repository": True, "branch": "trunk", "more": False,
+        self.assertEqual(data, {"repository": True, "branch": "trunk", "more": False, "leftover": [],
                                 "files": [{"path": "a.py", "status": "modified", "staged": False},
                                           {"path": "new.txt", "status": "untracked", "staged": False}]})
 
