@@ -19,7 +19,8 @@ from totem.runner import group_running
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.join(ROOT, "totem")
 KEY = "sk-test-SERVICES-0123456789abcdef"
-SERVICE_MODULES = ("sessions.py", "projects.py", "providers_service.py", "changes.py", "schedules_service.py")
+SERVICE_MODULES = ("sessions.py", "projects.py", "providers_service.py", "changes.py", "schedules_service.py",
+                   "settings_service.py")
 ADAPTER_MODULES = ("api", "httpd", "websocket", "routes", "mcp")
 TODO_ITEMS = [{"text": "look", "status": "done"}]
 

@@ -30,6 +30,7 @@ from .routes import Router
 from .rows import PartRow
 from .schedules_service import Schedules
 from .sessions import Sessions
+from .settings_service import Settings
 from .snapshots import Snapshots
 from .store import Store
 from .terminal import Terminals
@@ -51,6 +52,7 @@ class Services:
     providers: ProvidersService
     changes: Changes
     schedules: Schedules
+    settings: Settings
 
 
 class App:
@@ -70,12 +72,15 @@ class App:
         self.runs = Runs(self.store, self.hub, self.providers, default_registry(), config.steps, config.rules,
                          self.jobs, provider_service.scrubber, snapshots=self.snapshots)
         self.terminals = Terminals(self.hub, provider_service.scrubber, config.terminalshell)
-        sessions = Sessions(self.store, self.hub, self.runs, self.jobs, self.providers, self.terminals, config.data)
+        settings = Settings(self.store, config)
+        sessions = Sessions(self.store, self.hub, self.runs, self.jobs, self.providers, self.terminals, config.data,
+                            settings)
         projects = Projects(self.store, sessions, self.snapshots, config.data)
         self.services = Services(sessions=sessions, projects=projects,
                                  providers=provider_service,
                                  changes=Changes(self.store, self.hub, self.snapshots, self.runs, self.jobs),
-                                 schedules=Schedules(self.store, self.hub, sessions, self.providers))
+                                 schedules=Schedules(self.store, self.hub, sessions, self.providers),
+                                 settings=settings)
         # POST /$mcp/, only when config.ini says mcp = true.
         self.mcp = McpServer(self.services) if config.mcp else None
         self.router = Router(self, static_dir)

@@ -17,6 +17,7 @@ from .api import (
     providers,
     schedules,
     sessions,
+    settings,
     terminal,
 )
 from .api.attachments import attachment_response
@@ -32,7 +33,7 @@ PAGE_METHODS = ("GET", "HEAD")
 
 
 def action_table() -> dict:
-    return build_table(account, projects, folders, sessions, terminal, schedules, providers, permissions)
+    return build_table(account, projects, folders, sessions, terminal, schedules, settings, providers, permissions)
 
 
 def redirect(location: str) -> Response:

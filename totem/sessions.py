@@ -46,7 +46,8 @@ Attachments = list[tuple[str, str, bytes]]  # (name, media type, content) of eac
 class Sessions:
     """The conversations of the projects, and what runs in them."""
 
-    def __init__(self, store: Store, hub, runs, jobs, providers, terminals=None, data_dir: str | None = None):
+    def __init__(self, store: Store, hub, runs, jobs, providers, terminals=None, data_dir: str | None = None,
+                 settings=None):
         self.store = store
         self.hub = hub
         self.runs = runs  # agent.loop.Runs, through start_prompt, abort and the questions
@@ -54,6 +55,7 @@ class Sessions:
         self.providers = providers  # agent.providers.Providers, to check a model reference
         self.terminals = terminals  # terminal.Terminals: the person's shell of each session
         self.data_dir = data_dir  # where worktrees go (<data>/worktrees/<sessionid>)
+        self.settings = settings  # settings_service.Settings: the limits a run reads when it starts
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -275,7 +277,8 @@ class Sessions:
         prompt = Prompt(text=text, model=model, mode=mode, autoaccept=autoaccept, reasoning=reasoning,
                         attachments=files, scheduled=scheduled)
         try:
-            return await self.runs.start_prompt(session, project, prompt)
+            limits = await self.settings.values(session["projectid"], session["id"]) if self.settings else None
+            return await self.runs.start_prompt(session, project, prompt, limits)
         except RunRefused as exc:
             raise BadRequest(("session", str(exc))) from None
 

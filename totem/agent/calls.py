@@ -45,7 +45,7 @@ class ToolCalls:
         self.scrubber = scrubber  # () -> the current vault.Scrubber
         self.jobs = jobs
 
-    async def run(self, asker: Asker, open_part: OpenPart, call: ToolCall) -> None:
+    async def run(self, asker: Asker, open_part: OpenPart, call: ToolCall, limits: dict | None = None) -> None:
         """Run one call to its end; the part ends done, error or denied (never raises ToolError)."""
         data = open_part.data
         ctx = ToolContext(root=asker.root, sessionid=asker.sessionid)  # for the subjects alone
@@ -80,7 +80,7 @@ class ToolCalls:
                       open_part.id, tool.name)
         window = await self._begin_command(tool, args, scope)
         priors: dict[str, Prior] = {}
-        ctx = self._context(asker, open_part, scope, priors)
+        ctx = self._context(asker, open_part, scope, priors, limits or {})
         try:
             result = await tool.run(args, ctx)
         except ToolError as exc:
@@ -146,7 +146,8 @@ class ToolCalls:
         if changed:
             open_part.data["changed"] = changed
 
-    def _context(self, asker: Asker, open_part: OpenPart, scope: Scope, priors: dict[str, Prior]) -> ToolContext:
+    def _context(self, asker: Asker, open_part: OpenPart, scope: Scope, priors: dict[str, Prior],
+                 limits: dict) -> ToolContext:
         sessionid, root = asker.sessionid, asker.root
 
         async def ask(text: str, options: list[str]) -> str:
@@ -191,4 +192,5 @@ class ToolCalls:
         return ToolContext(root=root, sessionid=sessionid,
                            emit=lambda text: self.recorder.append(open_part, open_part.scrub.feed(text)),
                            ask=ask, set_todos=set_todos, permit=permit, journal=journal,
-                           start_job=start_job if self.jobs is not None else None)
+                           start_job=start_job if self.jobs is not None else None,
+                           command_timeout=limits.get("commandtimeout"), output_cap=limits.get("outputcap"))

@@ -61,6 +61,7 @@ class _Run:
     error: str | None = None  # why the run failed, when it did
     marker: str = field(default_factory=new_marker)  # of the data envelopes, the same at every step
     attachments: RunAttachments = field(default_factory=RunAttachments)  # encoded once per run
+    limits: dict = field(default_factory=dict)  # the settings read at the start (settings.KEYS)
 
 
 class Runs:
@@ -99,7 +100,7 @@ class Runs:
     def is_running(self, sessionid: str) -> bool:
         return sessionid in self._runs
 
-    async def start_prompt(self, session: dict, project: dict, prompt: Prompt) -> str:
+    async def start_prompt(self, session: dict, project: dict, prompt: Prompt, limits: dict | None = None) -> str:
         """Store the user message and start the run; returns the message id.
 
         Raises RunRefused while the session runs: prompts are never interleaved.
@@ -111,7 +112,7 @@ class Runs:
         asker = Asker(sessionid, project["id"], real_root(session.get("worktree") or project["path"]),
                       prompt.mode, prompt.autoaccept,
                       prompt.scheduled)
-        run = _Run(session, project, prompt, asker)
+        run = _Run(session, project, prompt, asker, limits=dict(limits or {}))
         self._runs[sessionid] = run  # claimed before any await, so a second prompt is refused
         try:
             message = await turns.store_user_message(self.store, self.hub, session, prompt)
@@ -192,7 +193,8 @@ class Runs:
         target = await self.providers.target(run.prompt.model)
         run.key = target.key
         repeats: list[str] = []
-        for _step in range(self.steps):
+        steps = run.limits.get("steps") or self.steps
+        for _step in range(steps):
             calls, parts = await self._answer_with_retries(run, target)
             if not calls:
                 return "idle"
@@ -206,8 +208,8 @@ class Runs:
                     if answer != "Go on":
                         return "idle"
                     repeats = []
-                await self.calls.run(run.asker, parts[call.id], call)
-        self._fail(run, f"The run stopped after {self.steps} model calls (the step limit); "
+                await self.calls.run(run.asker, parts[call.id], call, run.limits)
+        self._fail(run, f"The run stopped after {steps} model calls (the step limit); "
                         "send a prompt to go on.")
         return "error"
 
@@ -234,7 +236,10 @@ class Runs:
         attachments = await run.attachments.by_message(self.store, history, run.marker)
         messages = ([await system_message(self.system_template, run.asker.root, run.marker)]
                     + history_messages(history, attachments, run.marker))
-        return target.kind.request_body(target, messages, self.registry.specs(), run.prompt.reasoning)
+        body = target.kind.request_body(target, messages, self.registry.specs(), run.prompt.reasoning)
+        if run.limits.get("temperature") is not None:
+            target.kind.set_temperature(body, run.limits["temperature"])
+        return body
 
 
 def _canonical(arguments: str) -> str:

@@ -56,6 +56,9 @@ class ToolContext:
     # Called from a worker thread before a change to the project's files: records what the change
     # will leave on disk (files.change_entry), so a restart after a crash knows what landed.
     journal: Callable[[list[dict]], None] | None = None
+    # The session's settings for commands (settings.py); None: the tool's own default.
+    command_timeout: int | None = None
+    output_cap: int | None = None
 
 
 @dataclass(frozen=True)

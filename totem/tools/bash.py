@@ -57,10 +57,10 @@ class BashTool(Tool):
         command = args["command"]
         if args.get("background"):
             return self._start_job(command, args, ctx)
-        timeout_s = int(args.get("timeout") or runner.DEFAULT_TIMEOUT_S)
+        timeout_s = int(args.get("timeout") or ctx.command_timeout or runner.DEFAULT_TIMEOUT_S)
         try:
             result = await runner.run_command(
-                command, cwd=ctx.root, timeout_s=timeout_s, output_cap_bytes=OUTPUT_CAP_BYTES,
+                command, cwd=ctx.root, timeout_s=timeout_s, output_cap_bytes=ctx.output_cap or OUTPUT_CAP_BYTES,
                 on_output=_Stream(ctx.emit) if ctx.emit else None)
         except runner.CommandError as exc:
             raise ToolError(str(exc)) from None

@@ -87,6 +87,10 @@ class ProviderKind(Protocol):
         reasoning level (None: the model's default, "none", "low", "medium", "high")."""
         ...
 
+    def set_temperature(self, body: dict[str, Any], temperature: float) -> None:
+        """Put the sampling temperature in a request body of this kind."""
+        ...
+
     def stream_request(self, body: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, Any]]:
         """The headers (Accept and any the kind always sends) and the body of the streamed
         request for `body`, which is left unchanged."""

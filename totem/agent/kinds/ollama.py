@@ -111,6 +111,9 @@ class OllamaNative:
         body["tools"] = tools
         return body
 
+    def set_temperature(self, body: dict[str, Any], temperature: float) -> None:
+        body["options"] = {**body.get("options", {}), "temperature": temperature}
+
     def stream_request(self, body: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, Any]]:
         return {"Accept": NDJSON_MEDIA_TYPE}, {**body, "stream": True}
 

@@ -95,6 +95,9 @@ class OpenAICompatible:
         body["tools"] = tools
         return body
 
+    def set_temperature(self, body: dict[str, Any], temperature: float) -> None:
+        body["temperature"] = temperature
+
     def message(self, message: ChatMessage) -> ChatMessage:
         """A message as this server takes it: without the fields only OpenRouter reads."""
         if REASONING_DETAILS not in message:

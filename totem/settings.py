@@ -1,0 +1,76 @@
+"""Settings that change at run time, in layers: config.ini < all projects < project < session.
+
+Owns the declared list of keys a person may change while Totem runs, each with its type, range
+and default (the default comes from config.ini or from the tool that uses it), the check of a
+value, and the resolution of the layers into the values a run reads, with where each comes from.
+What is not declared here never changes at run time: the token, the secret, the listen address,
+`terminalshell`, `mcp` and the Forge keys stay in config.ini.
+
+Pure: the values of the layers are given (the store keeps them); nothing here reads a file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+LAYERS = ("config", "all", "project", "session")
+
+
+@dataclass(frozen=True)
+class Key:
+    name: str
+    kind: type  # int or float
+    low: float
+    high: float
+    description: str
+    nullable: bool = False  # None is a value: "the provider's default"
+
+    def check(self, value: Any) -> str | None:
+        """Why `value` is not a value of this key, or None."""
+        if value is None:
+            return None if self.nullable else "must be a number"
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return f"must be {'an integer' if self.kind is int else 'a number'}"
+        if self.kind is int and not float(value).is_integer():
+            return "must be an integer"
+        if not self.low <= value <= self.high:
+            return f"must be from {_shown(self.low)} to {_shown(self.high)}"
+        return None
+
+
+KEYS = (
+    Key("steps", int, 1, 1000, "model calls in one run before it stops and waits for the person"),
+    Key("commandtimeout", int, 1, 600, "seconds a command may run when the model does not say"),
+    Key("outputcap", int, 1000, 50_000, "bytes of a command's output that the model gets (head and tail)"),
+    Key("temperature", float, 0, 2, "the sampling temperature sent to the model (none: the provider's default)",
+        nullable=True),
+)
+BY_NAME = {key.name: key for key in KEYS}
+
+
+def defaults(config, command_timeout: float, output_cap: int) -> dict[str, Any]:
+    """The config layer: what config.ini says, or the built-in default of each key."""
+    return {"steps": config.steps, "commandtimeout": int(command_timeout), "outputcap": output_cap,
+            "temperature": None}
+
+
+def resolve(layers: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """`{key: {value, source}}` from the layers (`config` holds every key; the others what was
+    set there), the later layer winning."""
+    effective = {}
+    for key in KEYS:
+        value, source = layers["config"].get(key.name), "config"
+        for layer in LAYERS[1:]:
+            if key.name in layers.get(layer, {}):
+                value, source = layers[layer][key.name], layer
+        effective[key.name] = {"value": value, "source": source}
+    return effective
+
+
+def values(effective: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return {name: item["value"] for name, item in effective.items()}
+
+
+def _shown(number: float) -> str:
+    return str(int(number)) if float(number).is_integer() else str(number)
