@@ -68,9 +68,5 @@ def resolve(layers: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return effective
 
 
-def values(effective: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    return {name: item["value"] for name, item in effective.items()}
-
-
 def _shown(number: float) -> str:
     return str(int(number)) if float(number).is_integer() else str(number)

@@ -34,8 +34,10 @@ class Settings:
             "min": key.low, "max": key.high, "nullable": key.nullable} for key in settings.KEYS}
 
     async def values(self, projectid: str, sessionid: str) -> dict[str, Any]:
+        """The values a run takes from the layers above config.ini; for the others the run's own
+        defaults hold (they are config.ini's)."""
         layers = {"config": self.config_layer, **await self.store.settings_layers(projectid, sessionid)}
-        return settings.values(settings.resolve(layers))
+        return {name: item["value"] for name, item in settings.resolve(layers).items() if item["source"] != "config"}
 
     async def set(self, scope: str, key: str, value: Any, clear: bool = False, projectid: str | None = None,
                   sessionid: str | None = None) -> dict[str, dict[str, Any]]:

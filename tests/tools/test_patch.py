@@ -611,3 +611,57 @@ def test_patch_no_temp_files_left(tmp_path):
     patch(root, MODIFY)
     refusal(root, MODIFY)
     assert temp_files(tmp_path) == []
+
+
+ENVELOPE = """*** Begin Patch
+*** Add File: docs/new.md
++# New
++text
+*** Update File: src/app.py
+@@ def main():
+ import os
+-print(1)
++print(2)
+*** Delete File: old.txt
+*** Update File: a.txt
+*** Move to: b.txt
+@@
+ keep
+-drop
++add
+*** End Patch
+"""
+
+
+def test_begin_patch_envelope_applies_like_a_diff(tmp_path):
+    """The `*** Begin Patch` envelope: an added, an updated, a deleted and a moved file."""
+    root = project(tmp_path)
+    put(root, "src/app.py", "import os\nprint(1)\ndone()\n")
+    put(root, "old.txt", "bye\n")
+    put(root, "a.txt", "keep\ndrop\n")
+    assert sorted(subjects(root, ENVELOPE)) == ["a.txt", "b.txt", "docs/new.md", "old.txt", "src/app.py"]
+    result = patch(root, ENVELOPE)
+    assert content(root, "docs/new.md") == b"# New\ntext\n"
+    assert content(root, "src/app.py") == b"import os\nprint(2)\ndone()\n"
+    assert content(root, "b.txt") == b"keep\nadd\n"
+    assert not os.path.exists(os.path.join(root, "old.txt"))
+    assert not os.path.exists(os.path.join(root, "a.txt"))
+    assert "4 files" in result.title
+
+
+@pytest.mark.parametrize("text, words", [
+    ("*** Begin Patch\n*** Add File: x.txt\n+x\n", "must end with"),
+    ("*** Begin Patch\n*** Frobnicate: x\n*** End Patch\n", "expected '*** Add File:'"),
+    ("*** Begin Patch\n*** Add File: x.txt\nno plus\n*** End Patch\n", "starts with '+'"),
+    ("*** Begin Patch\n*** Update File: a.txt\n@@\n?what\n*** End Patch\n", "not a change line"),
+    ("*** Begin Patch\n*** Add File: ../outside.txt\n+x\n*** End Patch\n", "outside"),
+    ("*** Begin Patch\n*** Update File: a.txt\n@@\n-not there\n+x\n*** End Patch\n", "a.txt"),
+])
+def test_begin_patch_envelope_refusals(tmp_path, text, words):
+    """A malformed envelope, a path outside the project or a hunk that does not match is refused
+    with a reason, and nothing is written."""
+    root = project(tmp_path)
+    put(root, "a.txt", "keep\n")
+    before = snapshot(root)
+    assert words in refusal(root, text)
+    assert snapshot(root) == before

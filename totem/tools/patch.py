@@ -48,7 +48,7 @@ NUMBER_WIDTH = 6
 
 class PatchTool(Tool):
     name = "patch"
-    description = "Apply a unified diff (one or more files; git renames, adds, deletes)."
+    description = "Apply a unified diff or a *** Begin Patch envelope (renames, adds, deletes)."
     schema = {
         "type": "object",
         "properties": {
@@ -131,8 +131,16 @@ class Section:
 
 # -- parsing ---------------------------------------------------------------------------------
 
+ENVELOPE_BEGIN, ENVELOPE_END = "*** Begin Patch", "*** End Patch"
+_ENVELOPE_FILE = ("*** Add File: ", "*** Update File: ", "*** Delete File: ")
+
+
 def parse_patch(text: str) -> list[Section]:
-    """The file sections of a unified diff. Raises ToolError saying which line is wrong."""
+    """The file sections of a unified diff, or of the `*** Begin Patch` envelope some models are
+    trained to write (turned into the same diff first, so the same checks apply). Raises
+    ToolError saying which line is wrong."""
+    if text.lstrip().startswith(ENVELOPE_BEGIN):
+        text = envelope_to_diff(text)
     lines = [line.removesuffix("\r") for line in text.split("\n")]
     if lines and lines[-1] == "":
         lines.pop()
@@ -176,6 +184,66 @@ def parse_patch(text: str) -> list[Section]:
     for section in sections:
         _finish(section)
     return sections
+
+
+def envelope_to_diff(text: str) -> str:
+    """The unified diff that a `*** Begin Patch` ... `*** End Patch` envelope means: `*** Add
+    File: p` (its lines all `+`), `*** Delete File: p`, `*** Update File: p` with an optional
+    `*** Move to: q` and `@@` chunks of context, `-` and `+` lines. Raises ToolError."""
+    lines = [line.removesuffix("\r") for line in text.strip().split("\n")]
+    if lines[0].strip() != ENVELOPE_BEGIN or lines[-1].strip() != ENVELOPE_END:
+        raise ToolError(f"a patch that starts with '{ENVELOPE_BEGIN}' must end with '{ENVELOPE_END}'")
+    out: list[str] = []
+    index, body = 1, lines[1:-1]
+    while index - 1 < len(body):
+        line = body[index - 1]
+        number = index + 1
+        index += 1
+        if line.startswith("*** Add File: "):
+            path = line[len("*** Add File: "):].strip()
+            added = []
+            while index - 1 < len(body) and not body[index - 1].startswith(_ENVELOPE_FILE):
+                row = body[index - 1]
+                if not row.startswith("+"):
+                    raise ToolError(f"line {index + 1} of the patch: every line of an added file starts with '+'")
+                added.append(row)
+                index += 1
+            out += [f"diff --git a/{path} b/{path}", "new file mode 100644", "--- /dev/null", f"+++ b/{path}"]
+            if added:
+                out += [f"@@ -0,0 +1,{len(added)} @@", *added]
+        elif line.startswith("*** Delete File: "):
+            path = line[len("*** Delete File: "):].strip()
+            out += [f"diff --git a/{path} b/{path}", "deleted file mode 100644", f"--- a/{path}", "+++ /dev/null"]
+        elif line.startswith("*** Update File: "):
+            path = line[len("*** Update File: "):].strip()
+            target = path
+            if index - 1 < len(body) and body[index - 1].startswith("*** Move to: "):
+                target = body[index - 1][len("*** Move to: "):].strip()
+                index += 1
+            if target != path:
+                out += [f"diff --git a/{path} b/{target}", f"rename from {path}", f"rename to {target}"]
+            out += [f"--- a/{path}", f"+++ b/{target}"]
+            started = False
+            while index - 1 < len(body) and not body[index - 1].startswith(_ENVELOPE_FILE):
+                row = body[index - 1]
+                index += 1
+                if row.startswith("@@"):
+                    out.append("@@" + row[2:].rstrip(" @") if row.strip() != "@@" else "@@")
+                    started = True
+                elif row == "*** End of File":
+                    continue
+                elif row[:1] in (" ", "+", "-") or row == "":
+                    if not started:
+                        out.append("@@")
+                        started = True
+                    out.append(row if row else " ")
+                else:
+                    raise ToolError(f"line {index} of the patch: {cut_line(row)!r} is not a change line "
+                                    "(' ', '-' or '+') of an updated file")
+        else:
+            raise ToolError(f"line {number} of the patch: expected '*** Add File:', '*** Update File:' "
+                            f"or '*** Delete File:', not {cut_line(line)!r}")
+    return "\n".join(out) + "\n"
 
 
 def _display_name(section: Section) -> str:
