@@ -13,6 +13,8 @@ import { Questions } from '/questions.js';
 import { renderProjects, renderSessions, FolderBrowser, forgetProject } from '/sidebar.js';
 import { renderTodos, loadGit, FileTree, ChangesPanel } from '/panels.js';
 import { ProvidersDialog, RulesDialog } from '/settings.js';
+import { TerminalPanel } from '/terminal.js';
+import { SchedulesDialog } from '/schedules.js';
 import { enableCopyButtons } from '/markdown.js';
 import { enableSaveAs } from '/saveas.js';
 
@@ -26,10 +28,12 @@ const LAST_PROJECT_KEY = 'totem.project';
 // hearing: maps (sessionid -> status) that collect the statuses announced while a snapshot is read.
 // sessionsMore: Sessions|list has a page after the one read last, which ended at sessionsCursor.
 // changing: undos and redos of this page under way (each reads the conversation again itself).
+// schedules: the open project's schedules, for the names of the session list's scheduled marks.
 const state = {
   projects: [], project: null, sessions: [], session: null, catalog: { providers: [], models: [] },
-  held: null, hearing: new Set(), sessionsMore: false, sessionsCursor: null, changing: 0,
+  held: null, hearing: new Set(), sessionsMore: false, sessionsCursor: null, changing: 0, schedules: [],
 };
+let connectionLost = false;
 let gitTimer = 0;
 let changesTimer = 0;
 
@@ -43,6 +47,9 @@ const tree = new FileTree({ onPick: (path) => composer.insert(path) });
 const folders = new FolderBrowser({ onOpen: openFolder });
 const providers = new ProvidersDialog({ onChange: loadCatalog });
 const rules = new RulesDialog();
+const terminal = new TerminalPanel();
+const schedules = new SchedulesDialog({ catalog: () => state.catalog, onOpenSession: openSessionById,
+  onChange: (list) => { state.schedules = list; paintSessions(); } });
 const socket = new Socket({ onEvent, onOpen: resync, onState: paintConnection });
 enableCopyButtons(byId('conversation'));
 enableSaveAs(byId('conversation'), { sessionid: () => state.session?.id });
@@ -56,7 +63,7 @@ function paintProjects() {
 function paintSessions() {
   renderSessions(state.sessions, state.session, questions, {
     onSelect: (s) => selectSession(s), onRename: rename, onRemove: removeSession,
-    more: state.sessionsMore, onMore: loadMoreSessions,
+    more: state.sessionsMore, onMore: loadMoreSessions, schedules: state.schedules,
   });
 }
 
@@ -72,6 +79,7 @@ function paintSession() {
   byId('panels').hidden = !project;
   byId('composer').hidden = !project;
   byId('open-rules').disabled = !project;
+  byId('open-schedules').disabled = !project;
   byId('project-title').textContent = project ? project.path : '';
   byId('session-view').hidden = !project;
   byId('session-title').textContent = session ? session.name : 'New session';
@@ -92,6 +100,12 @@ function paintConnection(connection) {
   element.textContent = { connecting: 'Connecting…', open: 'Connected', closed: 'Reconnecting…' }[connection];
   // A socket that keeps failing may mean a signed-out browser: api() goes to /login on a 401.
   if (connection === 'closed' && socket.attempt >= 3) api('account').catch(() => {});
+  // The shell's output of while the socket was down is only in its scrollback: read it again.
+  if (connection === 'closed') connectionLost = true;
+  if (connection === 'open' && connectionLost) {
+    connectionLost = false;
+    terminal.reattach();
+  }
 }
 
 function remember() {
@@ -116,7 +130,9 @@ async function selectProject(project, sessionid) {
   }
   state.project = project;
   state.session = null;
+  if (state.schedules[0]?.projectid !== project.id) state.schedules = [];
   paintProjects();
+  loadScheduleNames(project.id);
   try {
     await readFirstSessions(project.id, sessionid);
   } catch (error) {
@@ -185,8 +201,38 @@ async function loadMoreSessions() {
   paintSessions();
 }
 
+// The schedules of the project, for the names of the session list's scheduled marks.
+async function loadScheduleNames(projectid) {
+  let list;
+  try {
+    list = await api('schedules', { query: { projectid } });
+  } catch {
+    return; // the marks say "a schedule" without its name
+  }
+  if (state.project?.id !== projectid) return;
+  state.schedules = list;
+  paintSessions();
+}
+
+// A session named by its id (the run of a schedule): from the list, else read and added.
+async function openSessionById(sessionid) {
+  let session = state.sessions.find((s) => s.id === sessionid);
+  if (!session) {
+    try {
+      session = await api('sessions_read', { id: sessionid });
+    } catch (error) {
+      toast(error.message);
+      return;
+    }
+    if (session.projectid !== state.project?.id) return;
+    addSession(session);
+  }
+  await selectSession(session);
+}
+
 function showEmptySession() {
   state.session = null;
+  terminal.attach(null);
   conversation.reset();
   changes.reset(null);
   clearNotice();
@@ -206,6 +252,7 @@ async function selectSession(chosen) {
     clearNotice();
   }
   state.session = session;
+  terminal.attach(session.id);
   paintSessions();
   paintSession();
   composer.useSession(session);
@@ -459,6 +506,7 @@ function onEvent(event) {
   switch (type) {
     case EVENTS.SESSION_STATUS: {
       for (const heard of state.hearing) heard.set(sessionid, data.status);
+      schedules.sessionChanged(sessionid);
       const session = state.sessions.find((s) => s.id === sessionid);
       if (!session) return;
       session.status = data.status;
@@ -496,6 +544,8 @@ function onEvent(event) {
       if (current) refreshChanges();
       return;
     }
+    case EVENTS.TERMINAL_OUTPUT: terminal.output(sessionid, data.text); return;
+    case EVENTS.TERMINAL_EXIT: terminal.exited(sessionid, data.status); return;
     case EVENTS.PERMISSION_ASK: questions.askPermission(sessionid, { ...data, sessionid }); return;
     case EVENTS.QUESTION_ASK: questions.askQuestion(sessionid, { ...data, sessionid }); return;
     case EVENTS.PERMISSION_REPLIED:
@@ -516,7 +566,7 @@ function applyToConversation({ type, data }) {
     case EVENTS.PART_CLOSED: conversation.closePart(data.partid); break;
     case EVENTS.TODO_UPDATED: renderTodos(data.items); break;
     case EVENTS.ERROR: conversation.showError(data.message, data.retry); break;
-    default: // terminal events: no terminal panel yet
+    default: // terminal events go to the Terminal panel (onEvent)
   }
 }
 
@@ -558,6 +608,7 @@ async function resync(reconnected) {
       return;
     }
     await readFirstSessions(state.project.id, state.session?.id);
+    loadScheduleNames(state.project.id);
     for (const id of [...socket.subscriptions]) if (!state.sessions.some((s) => s.id === id)) socket.unsubscribe(id);
     for (const session of state.sessions) socket.subscribe(session.id);
     const fresh = state.sessions.find((s) => s.id === state.session?.id);
@@ -579,7 +630,8 @@ async function resync(reconnected) {
 // -- keyboard and buttons --------------------------------------------------------------------
 
 document.addEventListener('keydown', (event) => {
-  if (event.key === 'Escape' && !document.querySelector('dialog[open]') && state.session?.status === 'running') {
+  if (event.key === 'Escape' && !document.querySelector('dialog[open]') && state.session?.status === 'running'
+      && !event.target.closest?.('#terminal-panel')) { // Escape in the terminal is the shell's
     event.preventDefault();
     abort();
   }
@@ -590,6 +642,7 @@ for (const id of ['open-folder', 'welcome-open']) {
 byId('new-session').addEventListener('click', () => newSession());
 byId('open-providers').addEventListener('click', () => providers.show());
 byId('open-rules').addEventListener('click', () => { if (state.project) rules.show(state.project); });
+byId('open-schedules').addEventListener('click', () => { if (state.project) schedules.show(state.project); });
 byId('git-refresh').addEventListener('click', paintGit);
 byId('diff-refresh').addEventListener('click', () => { if (state.session) changes.load(state.session.id); });
 byId('redo').addEventListener('click', () => redo());

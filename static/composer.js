@@ -99,18 +99,7 @@ export class Composer {
   // Providers|catalog: models grouped by provider; a provider that failed says why.
   setCatalog(catalog, preferred) {
     const previous = this.model.value || preferred || localStorage.getItem(LAST_MODEL_KEY);
-    const groups = catalog.providers.map((provider) => {
-      const models = catalog.models.filter((m) => m.provider.id === provider.id);
-      const group = h('optgroup', { label: provider.name });
-      if (provider.error) group.append(h('option', { disabled: true, value: '' }, `unavailable: ${provider.error.slice(0, 80)}`));
-      for (const m of models) {
-        const notes = [m.reasoning && 'reasoning', m.tools === false && 'no tools', m.free && 'free'].filter(Boolean);
-        group.append(h('option', { value: m.id }, `${m.name || m.model}${notes.length ? ` · ${notes.join(', ')}` : ''}`));
-      }
-      return group;
-    });
-    if (!catalog.models.length) groups.unshift(h('option', { value: '', disabled: true }, 'No models: add a provider'));
-    this.model.replaceChildren(...groups);
+    this.model.replaceChildren(...modelOptions(catalog));
     const ids = catalog.models.map((m) => m.id);
     this.model.value = ids.includes(previous) ? previous : ids[0] ?? '';
   }
@@ -180,6 +169,22 @@ export class Composer {
     if (this.files.length) body.attachments = this.files.map(({ name, mime, data }) => ({ name, mime, data }));
     return body;
   }
+}
+
+// The options of a model <select> from Providers|catalog (the composer's, the schedules').
+export function modelOptions(catalog) {
+  const groups = catalog.providers.map((provider) => {
+    const models = catalog.models.filter((m) => m.provider.id === provider.id);
+    const group = h('optgroup', { label: provider.name });
+    if (provider.error) group.append(h('option', { disabled: true, value: '' }, `unavailable: ${provider.error.slice(0, 80)}`));
+    for (const m of models) {
+      const notes = [m.reasoning && 'reasoning', m.tools === false && 'no tools', m.free && 'free'].filter(Boolean);
+      group.append(h('option', { value: m.id }, `${m.name || m.model}${notes.length ? ` · ${notes.join(', ')}` : ''}`));
+    }
+    return group;
+  });
+  if (!catalog.models.length) groups.unshift(h('option', { value: '', disabled: true }, 'No models: add a provider'));
+  return groups;
 }
 
 function readBase64(file) {

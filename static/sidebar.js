@@ -14,8 +14,9 @@ export function renderProjects(projects, current, { onSelect, onForget }) {
   if (!projects.length) byId('projects').append(h('li', { className: 'empty' }, 'No project yet'));
 }
 
-// `more`: Sessions|list has older sessions; the last row reads them with onMore.
-export function renderSessions(sessions, current, questions, { onSelect, onRename, onRemove, more, onMore }) {
+// `more`: Sessions|list has older sessions; the last row reads them with onMore. A session run
+// by a schedule has a clock mark (`schedules`: the project's, for the schedule's name).
+export function renderSessions(sessions, current, questions, { onSelect, onRename, onRemove, more, onMore, schedules = [] }) {
   byId('sessions').replaceChildren(...sessions.map((session) => {
     const waiting = questions.count(session.id);
     const name = h('span', { className: 'name' }, session.name);
@@ -25,6 +26,7 @@ export function renderSessions(sessions, current, questions, { onSelect, onRenam
     },
     h('span', { className: `dot ${session.status}`, title: session.status }),
     name,
+    session.schedule ? scheduledMark(schedules.find((s) => s.id === session.schedule)) : null,
     waiting ? h('span', { className: 'waiting', title: `${waiting} question${waiting > 1 ? 's' : ''} waiting` }, `? ${waiting}`) : null,
     h('span', { className: 'actions' },
       h('button', { type: 'button', className: 'icon', title: 'Rename', 'aria-label': 'Rename',
@@ -38,6 +40,11 @@ export function renderSessions(sessions, current, questions, { onSelect, onRenam
     byId('sessions').append(h('li', { className: 'more', dataset: { more: 'true' }, ...pressable(onMore) },
       h('span', { className: 'name' }, 'Older sessions…')));
   }
+}
+
+function scheduledMark(schedule) {
+  const title = schedule ? `Run by the schedule “${schedule.name}”` : 'Run by a schedule';
+  return h('span', { className: 'scheduled', title, 'aria-label': title, role: 'img' });
 }
 
 function startRename(nameElement, session, onRename) {

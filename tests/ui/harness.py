@@ -144,3 +144,15 @@ def shot(page, name: str) -> None:
     """Save a screenshot of the page as screenshots/NAME (the folder is gitignored)."""
     os.makedirs(SCREENSHOTS, exist_ok=True)
     page.screenshot(path=os.path.join(SCREENSHOTS, name))
+
+
+def watch_csp(page):
+    """Collect the page's Content-Security-Policy violations (the `securitypolicyviolation` events
+    of every document it loads, and the console's "Refused to ..." errors) and its console
+    errors; returns a function that lists them."""
+    found: list[str] = []
+    page.add_init_script("""document.addEventListener('securitypolicyviolation', (event) => {
+        console.error(`CSP violation: ${event.violatedDirective} ${event.blockedURI} ${event.sample}`);
+    });""")
+    page.on("console", lambda message: found.append(message.text) if message.type == "error" else None)
+    return lambda: list(found)

@@ -202,3 +202,59 @@ def history_messages(history: list[MessageRow], attachments: dict[str, list[Cont
         elif message["role"] == "assistant" and any(part["kind"] in ("text", "tool") for part in message["parts"]):
             messages.extend(assistant_messages(message, marker))
     return messages
+
+
+# -- fitting the window ---------------------------------------------------------------------------
+
+# A request is kept under this share of the model's window: the rest is for the answer.
+WINDOW_SHARE = 0.75
+# Characters per token when a request's size is estimated from its JSON (a cautious average:
+# code and JSON run shorter than prose).
+CHARS_PER_TOKEN = 3.5
+# The tool results of this many latest assistant steps are never pruned: the model is using them.
+KEPT_STEPS = 2
+PRUNED_NOTE = "[{tool} output ({size} chars) removed to fit the context window; call {tool} again if needed]"
+
+
+class ContextFull(Exception):
+    """The request passes the window even with every old tool output removed."""
+
+
+def estimated_tokens(messages: list[dict], tools: list[dict]) -> int:
+    """The size of a request in tokens, from the length of its JSON."""
+    size = len(json.dumps(messages, ensure_ascii=False)) + len(json.dumps(tools, ensure_ascii=False))
+    return int(size / CHARS_PER_TOKEN) + 1
+
+
+def fit_window(messages: list[dict], tools: list[dict], window: int) -> tuple[list[dict], int]:
+    """`(messages, pruned)`: the request under WINDOW_SHARE of `window`, old tool outputs (never
+    the user's messages, never the latest KEPT_STEPS steps) replaced by a note that says what was
+    removed and how to get it again, oldest first. Raises ContextFull when that is not enough."""
+    budget = int(window * WINDOW_SHARE)
+    if estimated_tokens(messages, tools) <= budget:
+        return messages, 0
+    steps = [index for index, message in enumerate(messages) if message.get("role") == "assistant"]
+    protected_from = steps[-KEPT_STEPS] if len(steps) >= KEPT_STEPS else 0
+    names = {call["id"]: call["function"]["name"] for message in messages
+             for call in message.get("tool_calls") or ()}
+    fitted = list(messages)
+    total = estimated_tokens(fitted, tools)
+    pruned = 0
+    for index in range(protected_from):
+        message = fitted[index]
+        if message.get("role") != "tool":
+            continue
+        content = message.get("content") or ""
+        note = PRUNED_NOTE.format(tool=names.get(message.get("tool_call_id"), "tool"), size=len(content))
+        if len(note) >= len(content):
+            continue
+        fitted[index] = dict(message) | {"content": note}
+        total -= int((len(content) - len(note)) / CHARS_PER_TOKEN)
+        pruned += 1
+        if total <= budget:
+            return fitted, pruned
+    if estimated_tokens(fitted, tools) <= budget:
+        return fitted, pruned
+    raise ContextFull(f"the conversation needs about {estimated_tokens(fitted, tools)} tokens, more than "
+                      f"{budget} of the model's {window}-token window, even with {pruned} old tool outputs "
+                      "removed; fork the session from an earlier message or start a new one")

@@ -26,7 +26,7 @@ from ..vault import Scrubber
 from . import turns
 from .answers import Answers
 from .calls import ToolCalls
-from .context import RunAttachments, history_messages, load_prompt, new_marker, system_message
+from .context import ContextFull, RunAttachments, fit_window, history_messages, load_prompt, new_marker, system_message
 from .gate import Asker, PermissionGate
 from .provider_errors import ProviderError
 from .providers import redact
@@ -62,6 +62,7 @@ class _Run:
     marker: str = field(default_factory=new_marker)  # of the data envelopes, the same at every step
     attachments: RunAttachments = field(default_factory=RunAttachments)  # encoded once per run
     limits: dict = field(default_factory=dict)  # the settings read at the start (settings.KEYS)
+    pruned: int = 0  # old tool outputs left out of the last request to fit the window
 
 
 class Runs:
@@ -236,7 +237,14 @@ class Runs:
         attachments = await run.attachments.by_message(self.store, history, run.marker)
         messages = ([await system_message(self.system_template, run.asker.root, run.marker)]
                     + history_messages(history, attachments, run.marker))
-        body = target.kind.request_body(target, messages, self.registry.specs(), run.prompt.reasoning)
+        tools = self.registry.specs()
+        window = target.context or target.kind.default_context
+        try:
+            messages, pruned = fit_window(messages, tools, window)
+        except ContextFull as exc:
+            raise ProviderError(str(exc), retry=False) from None
+        run.pruned = pruned
+        body = target.kind.request_body(target, messages, tools, run.prompt.reasoning)
         if run.limits.get("temperature") is not None:
             target.kind.set_temperature(body, run.limits["temperature"])
         return body

@@ -65,6 +65,9 @@ class ProviderKind(Protocol):
     providers.json; the table from names to kinds is `kinds.KINDS`."""
 
     name: str
+    # The window in tokens assumed when the provider does not say (its models list, Ollama's
+    # /api/show): requests are kept under it (context.fit_window).
+    default_context: int
 
     def chat_url(self, url: str) -> str:
         """The chat endpoint of a provider saved with the base URL `url`."""

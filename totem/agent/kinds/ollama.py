@@ -61,6 +61,7 @@ class OllamaNative:
     """An Ollama server, through its native /api routes."""
 
     name = "ollama"
+    default_context = 8192  # what Ollama gives a model when it is not asked for more
 
     def __repr__(self) -> str:
         return f"<kind {self.name}>"

@@ -66,6 +66,7 @@ class OpenAICompatible:
     """A hosted OpenAI-compatible API whose base URL is the API root (`.../v1`)."""
 
     local = False
+    default_context = 32768  # hosted models have more, local servers often less: a middle
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -187,6 +188,7 @@ class LlamaCpp(OpenAICompatible):
     """A llama.cpp server: /v1 of its root, and /props for the usable window."""
 
     local = True
+    default_context = 8192  # a local server's window is often its default, small
 
     def __init__(self) -> None:
         super().__init__("llamacpp")
@@ -213,6 +215,7 @@ class LmStudio(OpenAICompatible):
     """An LM Studio server: /v1 of its root, and its richer /api/v0/models."""
 
     local = True
+    default_context = 8192  # a local server's window is often its default, small
 
     def __init__(self) -> None:
         super().__init__("lmstudio")

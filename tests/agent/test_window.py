@@ -1,0 +1,102 @@
+"""Fitting a request into the model's window: old tool outputs pruned oldest first, never the
+user's messages or the latest steps, with a note saying how to get them again; a request that
+cannot fit ends the run with a clear error instead of an overflow."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from tests.model_server import reply
+from tests.test_loop import LoopCase
+from tests.utils import MS, call
+from totem.agent.context import KEPT_STEPS, ContextFull, estimated_tokens, fit_window
+
+TOOLS = [{"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}]
+
+
+def conversation(steps: int, output_chars: int) -> list[dict]:
+    messages = [{"role": "system", "content": "system"}, {"role": "user", "content": "U" * 2000}]
+    for step in range(steps):
+        messages.append({"role": "assistant", "content": "", "tool_calls": [
+            {"id": f"c{step}", "type": "function", "function": {"name": "read", "arguments": "{}"}}]})
+        messages.append({"role": "tool", "tool_call_id": f"c{step}", "content": f"{step}:" + "x" * output_chars})
+    return messages
+
+
+def test_under_the_window_nothing_changes():
+    messages = conversation(3, 100)
+    assert fit_window(messages, TOOLS, 100_000) == (messages, 0)
+
+
+def test_old_outputs_go_first_and_the_latest_steps_and_user_stay():
+    messages = conversation(20, 4000)
+    fitted, pruned = fit_window(messages, TOOLS, 16_000)
+    assert pruned > 0
+    assert estimated_tokens(fitted, TOOLS) <= 16_000 * 0.75
+    tools = [m for m in fitted if m["role"] == "tool"]
+    assert "removed to fit the context window" in tools[0]["content"] and "call read again" in tools[0]["content"]
+    assert all(m["content"].startswith(f"{19 - i}:") for i, m in enumerate(reversed(tools[-KEPT_STEPS:])))
+    assert fitted[1] == messages[1]  # the user's message, verbatim
+    assert [m["role"] for m in fitted] == [m["role"] for m in messages]
+
+
+def test_a_request_that_cannot_fit_says_so():
+    messages = conversation(2, 100) + [{"role": "user", "content": "y" * 200_000}]
+    with pytest.raises(ContextFull) as caught:
+        fit_window(messages, TOOLS, 8192)
+    assert "window" in str(caught.value)
+
+
+class WindowCase(LoopCase):
+    async def asyncSetUp(self):
+        await super().asyncSetUp()
+        self.model.serve_json("GET", "/v1/models", {"object": "list", "data": [
+            {"id": "scripted-model", "object": "model", "context_length": 8192}]})
+        answer = await call(self.app, "providers_catalog")  # lists the models: their windows are known
+        self.assertEqual(answer.status, 200, answer.body)
+        self.assertEqual([m["context"] for m in answer.json()["models"]], [8192])
+
+    def chats(self) -> list:
+        return [request for request in self.model.requests if request.path.endswith("/chat/completions")]
+
+
+class WindowRunTest(WindowCase):
+    async def test_a_long_session_stays_under_a_small_window(self):
+        """Twenty steps that each read 20 lines (about 1,500 characters) with an 8K window: every request
+        stays under the window, old outputs carry the note, and the run ends idle."""
+        with open(f"{self.project['path']}/big.txt", "w") as handle:
+            handle.write("".join(f"line {n} " + "z" * 60 + "\n" for n in range(1, 2001)))
+        self.model.script(*[reply(tool_calls=[("read", {"path": "big.txt", "offset": step * 20 + 1, "limit": 20})])
+                            for step in range(20)], reply("done"))
+        answer = await self.prompt("read it many times")
+        self.assertEqual(answer.status, 200, answer.body)
+        for _ in range(4000):
+            if not self.app.runs.is_running(self.session["id"]):
+                break
+            await asyncio.sleep(5 * MS)
+        session = (await call(self.app, "sessions_read", ident=self.session["id"])).json()
+        self.assertEqual(session["status"], "idle", session["error"])
+        sizes = [len(json.dumps(request.body)) / 3.5 for request in self.chats()]
+        self.assertLess(max(sizes), 8192)
+        last = self.chats()[-1].body["messages"]
+        self.assertTrue("removed to fit the context window" in json.dumps(last))
+        self.assertTrue(f"line {19 * 20 + 1} " in json.dumps(last))  # the latest output is whole
+
+
+class WindowFullTest(WindowCase):
+    async def test_a_session_past_the_window_ends_with_a_clear_error(self):
+        """When pruning is not enough the run stops at once with the reason, never an overflow
+        sent to the model or a loop."""
+        answer = await self.prompt("x" * 40_000)
+        self.assertEqual(answer.status, 200, answer.body)
+        for _ in range(2000):
+            if not self.app.runs.is_running(self.session["id"]):
+                break
+            await asyncio.sleep(5 * MS)
+        session = (await call(self.app, "sessions_read", ident=self.session["id"])).json()
+        self.assertEqual(session["status"], "error")
+        self.assertIn("window", session["error"])
+        self.assertEqual(self.chats(), [])
