@@ -24,11 +24,11 @@ BODY_ACTIONS = frozenset((
     "sessions_jobstop", "questions_reply", "providers_save", "providers_available",
     "permissions_save", "permissions_reply", "sessions_undo", "sessions_redo", "sessions_fork",
     "sessions_saveas", "sessions_terminal", "sessions_terminalinput", "sessions_terminalresize",
-    "schedules_save", "settings_save"))
+    "schedules_save", "settings_save", "sessions_unqueue"))
 # The actions above whose id must name an existing session for the handler to reach the body.
 SESSION_ID_ACTIONS = frozenset(("sessions_update", "sessions_prompt", "sessions_jobstop", "sessions_undo",
                                 "sessions_redo", "sessions_fork", "sessions_saveas", "sessions_terminal",
-                                "sessions_terminalinput", "sessions_terminalresize"))
+                                "sessions_terminalinput", "sessions_terminalresize", "sessions_unqueue"))
 REFUSED_TYPES = ("text/plain", "text/plain;charset=UTF-8", "application/x-www-form-urlencoded",
                  "multipart/form-data; boundary=x", "application/jsonx", "application/json-patch+json",
                  "text/json", "application", "", ";charset=utf-8", "application/json, text/plain")

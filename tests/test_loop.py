@@ -201,13 +201,14 @@ class LoopTest(LoopCase):
             self.assertEqual((updated["type"], updated["data"]["part"]["status"]), ("part.updated", "aborted"))
             self.assertEqual((await next_event(late))["type"], "part.closed")
 
-    async def test_second_prompt_while_running_refused(self):
-        """A prompt while the session runs is refused with 400, never interleaved."""
+    async def test_second_prompt_while_running_is_queued(self):
+        """A prompt while the session runs waits for the run (queued), never interleaved."""
         self.model.script(Stall(events=text_chunks("slow")))
         await self.prompt()
         answer = await self.prompt("again")
-        self.assertEqual(answer.status, 400)
-        self.assertEqual(answer.json()[0]["name"], "session")
+        self.assertEqual(answer.status, 200, answer.body)
+        self.assertTrue(answer.json()["queued"])
+        self.assertEqual(len([r for r in self.model.requests if r.path.endswith("/chat/completions")]), 1)
         await call(self.app, "sessions_abort", ident=self.session["id"], method="POST")
 
     async def test_abort_idle_400(self):

@@ -248,6 +248,30 @@ class Sessions:
         BadRequest (no text and no file, no model, a model that names nothing usable, a mode or
         reasoning level that does not exist, a session that is already running).
         """
+        answer = await self._send(sessionid, text, model=model, mode=mode, autoaccept=autoaccept,
+                                  reasoning=reasoning, attachments=attachments, scheduled=scheduled, wait=False)
+        return answer["messageid"]
+
+    async def send(self, sessionid: str, text: str = "", *, model: str | None = None, mode: str | None = None,
+                   autoaccept: bool | None = None, reasoning: str | None = None,
+                   attachments: Attachments | None = None, steer: bool = False) -> dict:
+        """A prompt of the person, also while the session runs: `{messageid}` when it starts a
+        run; during one, `{messageid, queued: true}` (it runs when the current run ends, and
+        Sessions|unqueue takes it back until then) or with `steer`, `{messageid, steered: true}`
+        (the current run reads it at its next step). Raises as `prompt`."""
+        return await self._send(sessionid, text, model=model, mode=mode, autoaccept=autoaccept,
+                                reasoning=reasoning, attachments=attachments, steer=steer, wait=True)
+
+    async def unqueue(self, sessionid: str, messageid: str) -> str:
+        """Take back a prompt that waits for the current run. Raises NotFound."""
+        session = await self.get(sessionid)
+        if not await self.runs.unqueue(session["id"], messageid):
+            raise NotFound(("messageid", f"no prompt {messageid} waits in this session"))
+        return messageid
+
+    async def _send(self, sessionid: str, text: str, *, model: str | None, mode: str | None,
+                    autoaccept: bool | None, reasoning: str | None, attachments: Attachments | None,
+                    scheduled: bool = False, steer: bool = False, wait: bool) -> dict:
         session = await self.get(sessionid)
         if session["worktree"] and not os.path.isdir(session["worktree"]):
             raise BadRequest(("session", "the session's worktree was discarded; start a new session"))
@@ -267,9 +291,10 @@ class Sessions:
             await self.providers.target(model)  # an unknown provider or model reference is refused now
         except ModelError as exc:
             raise BadRequest(("model", exc.message)) from None
-        if self.runs.is_running(session["id"]):
+        running = self.runs.is_running(session["id"])
+        if running and not wait:
             raise BadRequest(("session", "the session is running; wait for it to finish or abort it"))
-        if await self.store.drop_reverted(session["id"]):
+        if not running and await self.store.drop_reverted(session["id"]):
             # A new prompt goes on from what was not undone: the undone messages and the redo go.
             row = await self.get(session["id"])
             self.hub.publish(SessionUpdated(row["id"], session_view(row)))
@@ -278,7 +303,7 @@ class Sessions:
                         attachments=files, scheduled=scheduled)
         try:
             limits = await self.settings.values(session["projectid"], session["id"]) if self.settings else None
-            return await self.runs.start_prompt(session, project, prompt, limits)
+            return await self.runs.send(session, project, prompt, limits, steer=steer)
         except RunRefused as exc:
             raise BadRequest(("session", str(exc))) from None
 

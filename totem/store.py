@@ -325,6 +325,9 @@ def _recover_after_crash(conn: sqlite3.Connection) -> None:
                  (stamp, stamp))
     conn.execute("UPDATE messages SET finished = ? WHERE finished IS NULL", (stamp,))
     conn.execute("UPDATE sessions SET status = 'idle' WHERE status = 'running'")
+    # Prompts that waited for a run are said, not run: they stay in the conversation.
+    conn.execute("UPDATE messages SET data = json_remove(data, '$.queued') "
+                 "WHERE role = 'user' AND json_extract(data, '$.queued') IS NOT NULL")
 
 
 def _rows(cursor) -> list[dict]:
@@ -665,6 +668,23 @@ class Store:
             "UPDATE messages SET usage = ?, data = ?, finished = ? WHERE id = ?",
             (json.dumps(usage) if usage is not None else None, json.dumps(data), now_ms(), messageid)))
 
+    async def set_message_queued(self, messageid: str, queued: bool) -> None:
+        """Mark a user message as waiting for the current run to end, or not any more."""
+        def run(c):
+            row = c.execute("SELECT data FROM messages WHERE id = ?", (messageid,)).fetchone()
+            if row is None:
+                return
+            data = json.loads(row[0]) if row[0] else {}
+            data.pop("queued", None)
+            if queued:
+                data["queued"] = True
+            c.execute("UPDATE messages SET data = ? WHERE id = ?", (json.dumps(data), messageid))
+        await self.write(run)
+
+    async def remove_message(self, messageid: str) -> bool:
+        """Remove a message with its parts, attachments and file changes."""
+        return await self.write(lambda c: c.execute("DELETE FROM messages WHERE id = ?", (messageid,)).rowcount > 0)
+
     async def count_messages(self, sessionid: str) -> int:
         return await self.read(lambda c: c.execute(
             "SELECT count(*) FROM messages WHERE sessionid = ?", (sessionid,)).fetchone()[0])
@@ -676,9 +696,9 @@ class Store:
 
     async def session_history(self, sessionid: str) -> list[MessageRow]:
         """Every message of a session with its parts, oldest first (for the model's context);
-        none that an undo took back."""
+        none that an undo took back, none that waits for the current run to end."""
         messages, _more = await self.list_messages(sessionid, None, 1_000_000)
-        return [message for message in messages if not message["reverted"]]
+        return [message for message in messages if not message["reverted"] and not message["data"].get("queued")]
 
     # -- attachments --------------------------------------------------------------------------
 

@@ -63,6 +63,8 @@ class _Run:
     attachments: RunAttachments = field(default_factory=RunAttachments)  # encoded once per run
     limits: dict = field(default_factory=dict)  # the settings read at the start (settings.KEYS)
     pruned: int = 0  # old tool outputs left out of the last request to fit the window
+    # Prompts sent while this run goes on, each run after it in turn: (message id, prompt, limits).
+    queue: list[tuple[str, Prompt, dict]] = field(default_factory=list)
 
 
 class Runs:
@@ -101,8 +103,34 @@ class Runs:
     def is_running(self, sessionid: str) -> bool:
         return sessionid in self._runs
 
-    async def start_prompt(self, session: dict, project: dict, prompt: Prompt, limits: dict | None = None) -> str:
-        """Store the user message and start the run; returns the message id.
+    async def send(self, session: dict, project: dict, prompt: Prompt, limits: dict | None = None,
+                   steer: bool = False) -> dict:
+        """A prompt: `{messageid}` when it starts a run; while one goes on, `{messageid, queued}`
+        (it runs when the current one ends, removable until then: `unqueue`) or with `steer`
+        `{messageid, steered}` (the current run reads it at its next step)."""
+        run = self._runs.get(session["id"])
+        if run is None:
+            return {"messageid": await self.start_prompt(session, project, prompt, limits)}
+        if steer:
+            message = await turns.store_user_message(self.store, self.hub, session, prompt, {"steer": True})
+            return {"messageid": message["id"], "steered": True}
+        message = await turns.store_user_message(self.store, self.hub, session, prompt, {"queued": True})
+        run.queue.append((message["id"], prompt, dict(limits or {})))
+        return {"messageid": message["id"], "queued": True}
+
+    async def unqueue(self, sessionid: str, messageid: str) -> bool:
+        """Take back a prompt that waits for the current run to end; False when none waits."""
+        run = self._runs.get(sessionid)
+        if run is None or not any(item[0] == messageid for item in run.queue):
+            return False
+        run.queue = [item for item in run.queue if item[0] != messageid]
+        await self.store.remove_message(messageid)
+        return True
+
+    async def start_prompt(self, session: dict, project: dict, prompt: Prompt, limits: dict | None = None,
+                           messageid: str | None = None) -> str:
+        """Store the user message (or take the stored one, `messageid`) and start the run;
+        returns the message id.
 
         Raises RunRefused while the session runs: prompts are never interleaved.
         """
@@ -116,12 +144,15 @@ class Runs:
         run = _Run(session, project, prompt, asker, limits=dict(limits or {}))
         self._runs[sessionid] = run  # claimed before any await, so a second prompt is refused
         try:
-            message = await turns.store_user_message(self.store, self.hub, session, prompt)
+            if messageid is None:
+                messageid = (await turns.store_user_message(self.store, self.hub, session, prompt))["id"]
+            else:
+                await self.store.set_message_queued(messageid, False)
         except BaseException:
             del self._runs[sessionid]
             raise
         run.task = asyncio.create_task(self._run(run), name=f"run {sessionid}")
-        return message["id"]
+        return messageid
 
     def open_parts(self, sessionid: str) -> list[PartRow]:
         """The parts of a session's run that are still open, each with its text so far."""
@@ -179,6 +210,28 @@ class Runs:
             status = "error"
         finally:
             await asyncio.shield(self._end_run(run, status))
+            await asyncio.shield(self._next_queued(run, status))
+
+    async def _next_queued(self, run: _Run, status: str) -> None:
+        """After a run, the next queued prompt runs (the rest stay queued behind it); after an
+        abort none does, and the queued messages stay in the conversation as said, not run."""
+        if not run.queue:
+            return
+        if status == "aborted":
+            for messageid, _prompt, _limits in run.queue:
+                await self.store.set_message_queued(messageid, False)
+            return
+        (messageid, prompt, limits), rest = run.queue[0], run.queue[1:]
+        session = await self.store.get_session(run.session["id"])
+        if session is None:
+            return
+        try:
+            await self.start_prompt(dict(session), run.project, prompt, limits, messageid=messageid)
+        except RunRefused:  # another prompt started first: the queue goes behind it
+            pass
+        follow = self._runs.get(session["id"])
+        if follow is not None:
+            follow.queue = rest + follow.queue
 
     async def _end_run(self, run: _Run, status: str) -> None:
         sessionid = run.session["id"]

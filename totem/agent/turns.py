@@ -28,21 +28,23 @@ class Prompt:
     scheduled: bool = False  # a run of a schedule: nobody is there to answer
 
 
-async def store_user_message(store, hub, session: dict, prompt: Prompt) -> dict:
+async def store_user_message(store, hub, session: dict, prompt: Prompt, extra: dict | None = None) -> dict:
     """Store the prompt as a user message (its attachments first referenced by it), remember
-    the session's options, announce the message, and name a new session after it."""
+    the session's options, announce the message, and name a new session after it. `extra`
+    goes into the message's data (`queued`, `steer`)."""
     sessionid = session["id"]
     messageid = store.ids.new()
     files = []
+    extra = dict(extra or {})
     if prompt.attachments:
         # The message row must exist before its attachments reference it.
         message = await store.add_message(sessionid, "user", data={}, newid=messageid)
         files = await store.add_attachments(sessionid, messageid, prompt.attachments)
-        await store.finish_message(messageid, None, {"attachments": files})
+        await store.finish_message(messageid, None, {"attachments": files} | extra)
     else:
-        message = await store.add_message(sessionid, "user", newid=messageid)
+        message = await store.add_message(sessionid, "user", data=extra or None, newid=messageid)
     part = await store.add_part(messageid, sessionid, "text", "done", prompt.text, closed=True)
-    message["data"] = {"attachments": files} if files else {}
+    message["data"] = ({"attachments": files} if files else {}) | extra
     message["parts"] = [part]
     await store.set_session_options(sessionid, prompt.model, prompt.mode, prompt.autoaccept)
     hub.publish(MessageCreated(sessionid, message))

@@ -175,18 +175,26 @@ async def _attachments(raw) -> tuple[list[tuple[str, str, bytes]], list[tuple[st
 
 async def prompt_session(ctx):
     await require_session(ctx)  # an unknown session is 404 before its body is read
-    body = await ctx.body(("text", "model", "autoaccept", "mode", "reasoning", "attachments"))
+    body = await ctx.body(("text", "model", "autoaccept", "mode", "reasoning", "attachments", "steer"))
     text = body.text("text", max_chars=MAX_PROMPT_CHARS, strip=False, allow_empty=True, default="")
     model = body.text("model", max_chars=300)
     autoaccept = body.boolean("autoaccept")
     mode = body.choice("mode", MODES)
     reasoning = body.choice("reasoning", REASONING_LEVELS)
+    steer = bool(body.boolean("steer", default=False))
     files, problems = await _attachments(body.data.get("attachments"))
     body.errors.extend(problems)
     body.done()
-    messageid = await ctx.services.sessions.prompt(ctx.id, text, model=model, mode=mode, autoaccept=autoaccept,
-                                                   reasoning=reasoning, attachments=files)
-    return {"messageid": messageid}
+    return await ctx.services.sessions.send(ctx.id, text, model=model, mode=mode, autoaccept=autoaccept,
+                                            reasoning=reasoning, attachments=files, steer=steer)
+
+
+async def unqueue_prompt(ctx):
+    await require_session(ctx)
+    body = await ctx.body(("messageid",))
+    messageid = body.text("messageid", required=True, max_chars=64)
+    body.done()
+    return success(await ctx.services.sessions.unqueue(ctx.id, messageid))
 
 
 async def abort_session(ctx):
@@ -293,6 +301,7 @@ ACTIONS = (
     Action("sessions_messages", "Sessions|messages", list_messages, takes_id=True, mcp=True),
     Action("sessions_prompt", "Sessions|prompt", prompt_session, changes=True, takes_id=True, mcp=True),
     Action("sessions_abort", "Sessions|abort", abort_session, changes=True, takes_id=True, mcp=True),
+    Action("sessions_unqueue", "Sessions|unqueue", unqueue_prompt, changes=True, takes_id=True),
     Action("questions_reply", "Questions|reply", reply_question, changes=True, takes_id=True),
     Action("sessions_todos", "Sessions|todos", list_todos, takes_id=True),
     Action("sessions_jobs", "Sessions|jobs", list_jobs, takes_id=True),

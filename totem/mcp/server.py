@@ -95,9 +95,7 @@ TOOLS = (
 
 
 async def _prompt(services, args: dict) -> dict:
-    messageid = await services.sessions.prompt(args["id"], args["text"], model=args.get("model"),
-                                               mode=args.get("mode"))
-    return {"messageid": messageid}
+    return await services.sessions.send(args["id"], args["text"], model=args.get("model"), mode=args.get("mode"))
 
 
 class RpcError(Exception):

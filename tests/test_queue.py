@@ -1,0 +1,97 @@
+"""Messages while a session runs: queued (run when the current run ends, removable until then,
+left as said after an abort) or steering (read by the current run at its next step)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from tests.model_server import reply
+from tests.test_loop import LoopCase
+from tests.utils import MS, call
+
+
+def slow(text: str, interval: float = 0.05):
+    stream = reply(text)
+    stream.interval = interval
+    return stream
+
+
+class QueueTest(LoopCase):
+    async def asyncSetUp(self):
+        await super().asyncSetUp()
+        await self.ws.close()  # these tests read the store, not the events (an unread socket holds its close)
+
+    async def send(self, text: str, **extra) -> dict:
+        answer = await self.prompt(text, **extra)
+        self.assertEqual(answer.status, 200, answer.body)
+        return answer.json()
+
+    async def until_idle(self, timeout_ms: float = 20_000) -> None:
+        for _ in range(int(timeout_ms / 5)):
+            if not self.app.runs.is_running(self.session["id"]):
+                await asyncio.sleep(20 * MS)
+                if not self.app.runs.is_running(self.session["id"]):
+                    return
+            await asyncio.sleep(5 * MS)
+        self.fail("the session kept running")
+
+    async def messages(self) -> list[dict]:
+        return (await call(self.app, "sessions_messages", ident=self.session["id"])).json()["messages"]
+
+    def chats(self) -> list:
+        return [r for r in self.model.requests if r.path.endswith("/chat/completions")]
+
+    async def test_a_queued_prompt_runs_after_the_run(self):
+        self.model.script(slow("first answer " * 30), reply("second answer"))
+        first = await self.send("first")
+        queued = await self.send("second, queued")
+        self.assertEqual(queued["queued"], True)
+        waiting = [m for m in await self.messages() if m["id"] == queued["messageid"]][0]
+        self.assertTrue(waiting["data"]["queued"])
+        await self.until_idle()
+        chats = self.chats()
+        self.assertEqual(len(chats), 2)
+        self.assertNotIn("second, queued", json.dumps(chats[0].body))
+        self.assertEqual(chats[1].body["messages"][-1]["content"], "second, queued")
+        ran = [m for m in await self.messages() if m["id"] == queued["messageid"]][0]
+        self.assertNotIn("queued", ran["data"])
+        self.assertNotEqual(first["messageid"], queued["messageid"])
+
+    async def test_a_queued_prompt_can_be_taken_back(self):
+        self.model.script(slow("first answer " * 30))
+        await self.send("first")
+        queued = await self.send("never mind")
+        answer = await call(self.app, "sessions_unqueue", {"messageid": queued["messageid"]}, ident=self.session["id"])
+        self.assertEqual(answer.status, 200, answer.body)
+        again = await call(self.app, "sessions_unqueue", {"messageid": queued["messageid"]}, ident=self.session["id"])
+        self.assertEqual(again.status, 404)
+        await self.until_idle()
+        self.assertEqual(len(self.chats()), 1)
+        self.assertNotIn(queued["messageid"], [m["id"] for m in await self.messages()])
+
+    async def test_after_an_abort_queued_prompts_are_said_not_run(self):
+        self.model.script(slow("first answer " * 40, 0.1), reply("next"))
+        await self.send("first")
+        queued = await self.send("queued one")
+        await call(self.app, "sessions_abort", {}, ident=self.session["id"])
+        await self.until_idle()
+        self.assertEqual(len(self.chats()), 1)
+        kept = [m for m in await self.messages() if m["id"] == queued["messageid"]][0]
+        self.assertNotIn("queued", kept["data"])
+        await self.send("go on")
+        await self.until_idle()
+        self.assertIn("queued one", json.dumps(self.chats()[-1].body))
+
+    async def test_a_steering_message_reaches_the_next_step(self):
+        tool_step = reply(tool_calls=[("read", {"path": "a.txt"})])
+        tool_step.interval = 0.05
+        self.model.script(tool_step, reply("steered"))
+        await self.send("look at a.txt")
+        steered = await self.send("also say hi", steer=True)
+        self.assertEqual(steered["steered"], True)
+        await self.until_idle()
+        chats = self.chats()
+        self.assertEqual(len(chats), 2)
+        self.assertNotIn("also say hi", json.dumps(chats[0].body))
+        self.assertIn("also say hi", json.dumps(chats[1].body))
