@@ -2,6 +2,9 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# A second environment for the mcp 2.x SDK (tests/test_mcp_sdk.py runs it as a client):
+# requirements-dev.txt pins mcp 1.x, and one environment holds only one of them.
+MCP2_VENV := $(VENV)/mcp2
 
 .PHONY: run check test bench clean system-packages vendor
 
@@ -14,6 +17,13 @@ $(VENV)/.runtime: requirements.txt | $(BIN)/python
 
 $(VENV)/.dev: requirements.txt requirements-dev.txt | $(BIN)/python
 	$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+	touch $@
+
+$(MCP2_VENV)/bin/python: | $(BIN)/python
+	$(PYTHON) -m venv $(MCP2_VENV)
+
+$(MCP2_VENV)/.installed: requirements-mcp2.txt | $(MCP2_VENV)/bin/python
+	$(MCP2_VENV)/bin/python -m pip install -q --disable-pip-version-check -r requirements-mcp2.txt
 	touch $@
 
 run: $(VENV)/.runtime
@@ -34,7 +44,7 @@ check: $(VENV)/.dev
 	$(BIN)/ruff check .
 	$(BIN)/mypy totem
 
-test: $(VENV)/.dev system-packages
+test: $(VENV)/.dev $(MCP2_VENV)/.installed system-packages
 	PYTHONASYNCIODEBUG=1 $(BIN)/python -X dev -W error -m pytest -q tests
 
 bench: $(VENV)/.runtime

@@ -70,6 +70,9 @@ class TransportTest(McpCase):
         session, _ = await self.initialize()
         self.assertEqual(await self.rpc(session, "ping", ident="p1"), {"jsonrpc": "2.0", "id": "p1", "result": {}})
         self.assertEqual((await self.rpc(session, "server/discover"))["error"]["code"], -32601)
+        probe = await self.post({"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {}},
+                                headers={"mcp-protocol-version": "2026-07-28", "mcp-method": "server/discover"})
+        self.assertEqual((probe.status, probe.json()["id"], probe.json()["error"]["code"]), (200, 1, -32601))
         self.assertEqual((await self.rpc(session, "resources/list"))["error"]["code"], -32601)
         missing = await self.post({"jsonrpc": "2.0", "id": 1, "method": "ping"})
         self.assertEqual(missing.status, 400)

@@ -34,6 +34,7 @@ from ..tools.schema import validate
 
 VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26")
 BATCH_VERSION = "2025-03-26"
+PROBE = "server/discover"
 MAX_BODY_BYTES = 4 * 1024 * 1024
 MAX_SESSIONS = 256
 SERVER_INFO = {"name": "totem", "version": "0.1.0"}
@@ -151,6 +152,10 @@ class McpServer:
         messages = message if batch else [message]
         if batch and not messages:
             return _rpc_response(_error(None, INVALID_REQUEST, "an empty batch"), 400)
+        if not batch and isinstance(message, dict) and message.get("method") == PROBE:
+            # Newer clients probe for a stateless revision before anything else, with its own
+            # version header: "method not found" sends them to initialize.
+            return _rpc_response(_error(_id_of(message), METHOD_NOT_FOUND, f"method not found: {PROBE}"), 200)
         initializing = any(isinstance(m, dict) and m.get("method") == "initialize" for m in messages)
         headers: list[tuple[str, str]] = []
         session = None

@@ -1,0 +1,1 @@
+"""MCP clients of the interop tests (tests/test_mcp_sdk.py): the official `mcp` SDK drives Totem."""
