@@ -72,8 +72,10 @@ class Sessions:
         return session | {"waiting": self.runs.questions.waiting_in(session["id"])}
 
     async def read(self, sessionid: str) -> Session:
-        """Raises NotFound."""
-        return self.view(await self.get(sessionid))
+        """The session with `tokens`, the sum of its answers' (`estimated` when a provider
+        gave no count). Raises NotFound."""
+        row = await self.get(sessionid)
+        return self.view(row) | {"tokens": await self.store.session_tokens(row["id"])}
 
     async def list(self, projectid: str, limit: int = DEFAULT_SESSION_PAGE, before: str | None = None) -> dict:
         """`{sessions, more}`: a page of at most `limit` sessions of a project, the most recently

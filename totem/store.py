@@ -685,6 +685,18 @@ class Store:
         """Remove a message with its parts, attachments and file changes."""
         return await self.write(lambda c: c.execute("DELETE FROM messages WHERE id = ?", (messageid,)).rowcount > 0)
 
+    async def session_tokens(self, sessionid: str) -> dict:
+        """`{input, output, estimated}`: the tokens of a session's answers, summed (estimated
+        when any answer's count was)."""
+        def run(c):
+            row = c.execute(
+                "SELECT ifnull(sum(json_extract(data, '$.tokens.input')), 0), "
+                "ifnull(sum(json_extract(data, '$.tokens.output')), 0), "
+                "ifnull(max(json_extract(data, '$.tokens.estimated')), 0) "
+                "FROM messages WHERE sessionid = ? AND role = 'assistant'", (sessionid,)).fetchone()
+            return {"input": row[0], "output": row[1], "estimated": bool(row[2])}
+        return await self.read(run)
+
     async def count_messages(self, sessionid: str) -> int:
         return await self.read(lambda c: c.execute(
             "SELECT count(*) FROM messages WHERE sessionid = ?", (sessionid,)).fetchone()[0])

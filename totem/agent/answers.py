@@ -14,6 +14,7 @@ from collections.abc import Callable
 from ..events import MessageCreated
 from ..store import Store, now_ms
 from . import client
+from .context import CHARS_PER_TOKEN, estimated_tokens
 from .provider_errors import ProviderError
 from .recorder import OpenPart, Recorder
 from .stream import (
@@ -89,8 +90,12 @@ class Answers:
         if not calls and result and result.content:
             _rest, calls = extract_text_tool_calls(result.content, self.registry().names())
         parts = await self._settle_tool_parts(sessionid, messageid, tool_parts, calls)
-        await self.store.finish_message(messageid, usage or (result.usage if result else None),
+        usage = usage or (result.usage if result else None)
+        written = sum(len(p.text()) for p in (text_part, reasoning_part) if p is not None) + sum(
+            len(call.arguments or "") for call in calls)
+        await self.store.finish_message(messageid, usage,
                                         {"started": started, "first": first_token, "finished": now_ms(),
+                                         "tokens": tokens_of(usage, body, written),
                                          "finish_reason": result.finish_reason if result else None,
                                          **({"reasoning_details": result.reasoning_details}
                                             if result and result.reasoning_details else {})})
@@ -110,3 +115,14 @@ class Answers:
         for leftover in tool_parts.values():
             await self.recorder.close(leftover, "error")
         return parts
+
+
+def tokens_of(usage: dict | None, body: dict, written_chars: int) -> dict:
+    """`{input, output, estimated}`: the tokens of one answer as the provider counted them, or
+    estimated from the request's and the answer's length when it did not say."""
+    given_in = usage.get("prompt_tokens") if usage else None
+    given_out = usage.get("completion_tokens") if usage else None
+    if isinstance(given_in, int) and isinstance(given_out, int):
+        return {"input": given_in, "output": given_out, "estimated": False}
+    return {"input": estimated_tokens(body.get("messages") or [], body.get("tools") or []),
+            "output": int(written_chars / CHARS_PER_TOKEN) + 1, "estimated": True}
