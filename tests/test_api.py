@@ -312,6 +312,7 @@ class SessionsTest(TotemCase):
         self.assertEqual(first["mode"], "build")
         self.assertIs(first["autoaccept"], False)
         read = (await call(self.app, "sessions_read", ident=first["id"])).json()
+        self.assertEqual(read.pop("tokens"), {"input": 0, "output": 0, "estimated": False})  # read adds them
         self.assertEqual(read, first)
         listed = (await call(self.app, "sessions", query=f"projectid={self.project['id']}")).json()
         self.assertEqual([s["id"] for s in listed["sessions"]], [second["id"], first["id"]])

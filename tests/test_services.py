@@ -348,6 +348,7 @@ class UseCaseRulesTest(ServicesCase):
         renamed = await self.services.sessions.rename(created["id"], "second")
         seen = await self.events_of(ws, created["id"], lambda e: e["data"]["session"]["name"] == "second")
         stored = await self.services.sessions.read(created["id"])
+        self.assertEqual(stored.pop("tokens"), {"input": 0, "output": 0, "estimated": False})  # read adds them
         self.assertEqual([e["data"]["session"]["name"] for e in seen], ["first", "second"])
         self.assertEqual(seen[-1]["data"]["session"] | {"waiting": 0}, stored)
         self.assertEqual(renamed, stored)

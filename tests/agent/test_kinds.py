@@ -237,12 +237,13 @@ class LinesKind:
     with `{"end": reason}`. It implements ProviderKind from scratch."""
 
     name = "lines"
+    default_context = 8192
 
     def chat_url(self, url: str) -> str:
         return url.rstrip("/") + "/chat/completions"
 
     async def models(self, fetch):
-        return [model_info("lines-1", "Lines One", 1000, False, False)]
+        return [model_info("lines-1", "Lines One", 32000, False, False)]
 
     async def context_window(self, fetch, model, listed):
         return listed

@@ -211,6 +211,8 @@ WINDOW_SHARE = 0.75
 # Characters per token when a request's size is estimated from its JSON (a cautious average:
 # code and JSON run shorter than prose).
 CHARS_PER_TOKEN = 3.5
+# What an image of a prompt counts for, in tokens (providers count about this for a large one).
+IMAGE_TOKENS = 1600
 # The tool results of this many latest assistant steps are never pruned: the model is using them.
 KEPT_STEPS = 2
 PRUNED_NOTE = "[{tool} output ({size} chars) removed to fit the context window; call {tool} again if needed]"
@@ -221,15 +223,30 @@ class ContextFull(Exception):
 
 
 def estimated_tokens(messages: list[dict], tools: list[dict]) -> int:
-    """The size of a request in tokens, from the length of its JSON."""
-    size = len(json.dumps(messages, ensure_ascii=False)) + len(json.dumps(tools, ensure_ascii=False))
-    return int(size / CHARS_PER_TOKEN) + 1
+    """The size of a request in tokens, from the length of its JSON (counted, not built: a
+    request may carry megabytes of attachments, and this runs at every step)."""
+    return int((_json_size(messages) + _json_size(tools)) / CHARS_PER_TOKEN) + 1
 
 
-def fit_window(messages: list[dict], tools: list[dict], window: int) -> tuple[list[dict], int]:
+def _json_size(value) -> int:
+    """About the length of `value` as JSON: its texts, keys and punctuation."""
+    if isinstance(value, str):
+        if value.startswith("data:image/"):  # a model counts an image by its size, not its base64
+            return int(IMAGE_TOKENS * CHARS_PER_TOKEN)
+        return len(value) + 2
+    if isinstance(value, dict):
+        return 2 + sum(len(key) + 4 + _json_size(item) for key, item in value.items())
+    if isinstance(value, (list, tuple)):
+        return 2 + sum(_json_size(item) + 1 for item in value)
+    return len(str(value))
+
+
+def fit_window(messages: list[dict], tools: list[dict], window: int,
+               known: bool = True) -> tuple[list[dict], int]:
     """`(messages, pruned)`: the request under WINDOW_SHARE of `window`, old tool outputs (never
     the user's messages, never the latest KEPT_STEPS steps) replaced by a note that says what was
-    removed and how to get it again, oldest first. Raises ContextFull when that is not enough."""
+    removed and how to get it again, oldest first. Raises ContextFull when that is not enough
+    and the window is `known` (a guessed window prunes, but leaves the verdict to the model)."""
     budget = int(window * WINDOW_SHARE)
     if estimated_tokens(messages, tools) <= budget:
         return messages, 0
@@ -253,7 +270,7 @@ def fit_window(messages: list[dict], tools: list[dict], window: int) -> tuple[li
         pruned += 1
         if total <= budget:
             return fitted, pruned
-    if estimated_tokens(fitted, tools) <= budget:
+    if estimated_tokens(fitted, tools) <= budget or not known:
         return fitted, pruned
     raise ContextFull(f"the conversation needs about {estimated_tokens(fitted, tools)} tokens, more than "
                       f"{budget} of the model's {window}-token window, even with {pruned} old tool outputs "

@@ -293,7 +293,7 @@ class Runs:
         tools = self.registry.specs()
         window = target.context or target.kind.default_context
         try:
-            messages, pruned = fit_window(messages, tools, window)
+            messages, pruned = fit_window(messages, tools, window, known=bool(target.context))
         except ContextFull as exc:
             raise ProviderError(str(exc), retry=False) from None
         run.pruned = pruned
