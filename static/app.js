@@ -10,9 +10,9 @@ import { Socket } from '/socket.js';
 import { Conversation } from '/conversation.js';
 import { Composer } from '/composer.js';
 import { Questions } from '/questions.js';
-import { renderProjects, renderSessions, FolderBrowser, forgetProject } from '/sidebar.js';
-import { renderTodos, loadGit, FileTree, ChangesPanel } from '/panels.js';
-import { ProvidersDialog, RulesDialog } from '/settings.js';
+import { renderProjects, renderSessions, FolderBrowser, WorktreeForm, forgetProject } from '/sidebar.js';
+import { renderTodos, GitPanel, FileTree, ChangesPanel } from '/panels.js';
+import { ProvidersDialog, RulesDialog, SettingsDialog } from '/settings.js';
 import { TerminalPanel } from '/terminal.js';
 import { SchedulesDialog } from '/schedules.js';
 import { enableCopyButtons } from '/markdown.js';
@@ -35,6 +35,7 @@ const state = {
 };
 let connectionLost = false;
 let gitTimer = 0;
+let gitOnlyTimer = 0;
 let changesTimer = 0;
 
 const conversation = new Conversation(byId('conversation'), {
@@ -47,6 +48,9 @@ const tree = new FileTree({ onPick: (path) => composer.insert(path) });
 const folders = new FolderBrowser({ onOpen: openFolder });
 const providers = new ProvidersDialog({ onChange: loadCatalog });
 const rules = new RulesDialog();
+const settings = new SettingsDialog({ context: () => ({ project: state.project, session: state.session }) });
+const git = new GitPanel({ onOpen: openChange, onRead: paintGitState, onMerged: worktreeMerged, onDiscarded: worktreeDiscarded });
+const worktreeForm = new WorktreeForm({ onCreate: newWorktreeSession });
 const terminal = new TerminalPanel();
 const schedules = new SchedulesDialog({ catalog: () => state.catalog, onOpenSession: openSessionById,
   onChange: (list) => { state.schedules = list; paintSessions(); } });
@@ -80,6 +84,7 @@ function paintSession() {
   byId('composer').hidden = !project;
   byId('open-rules').disabled = !project;
   byId('open-schedules').disabled = !project;
+  byId('session-settings').hidden = !session;
   byId('project-title').textContent = project ? project.path : '';
   byId('session-view').hidden = !project;
   byId('session-title').textContent = session ? session.name : 'New session';
@@ -90,6 +95,8 @@ function paintSession() {
   const running = session?.status === 'running';
   composer.setRunning(running);
   conversation.setRunning(running);
+  git.setRunning(running);
+  if (!session?.worktree) byId('session-branch').hidden = true;
   byId('redo-bar').hidden = !session?.redo || running;
   paintTitle();
 }
@@ -127,6 +134,7 @@ async function selectProject(project, sessionid) {
   if (state.project?.id !== project.id) {
     socket.unsubscribeAll();
     questions.forget();
+    worktreeForm.offer(false); // until Projects|git says it is a repository
   }
   state.project = project;
   state.session = null;
@@ -145,7 +153,6 @@ async function selectProject(project, sessionid) {
   if (session) await selectSession(session);
   else showEmptySession();
   tree.load(project.id);
-  paintGit();
 }
 
 // A session.status announced while a snapshot is read is newer than the snapshot.
@@ -241,6 +248,7 @@ function showEmptySession() {
   paintSessions();
   paintSession();
   remember();
+  paintGit();
 }
 
 async function selectSession(chosen) {
@@ -250,6 +258,7 @@ async function selectSession(chosen) {
     conversation.reset();
     changes.reset(session.id);
     clearNotice();
+    byId('session-branch').hidden = true; // until its git state is read
   }
   state.session = session;
   terminal.attach(session.id);
@@ -258,6 +267,7 @@ async function selectSession(chosen) {
   composer.useSession(session);
   questions.show(session.id);
   remember();
+  paintGit();
   await loadConversation();
   composer.focus();
 }
@@ -321,6 +331,15 @@ async function newSession(firstPrompt) {
   } catch (error) {
     toast(error.message);
   }
+}
+
+// A session that works in a git worktree of its own, on a branch named after it.
+async function newWorktreeSession(name) {
+  if (!state.project) return;
+  const session = await api('sessions_create', { body: { projectid: state.project.id, worktree: true, ...(name ? { name } : {}) } });
+  addSession(session);
+  await selectSession(session);
+  toast(`“${session.name}” works in a worktree of its own`, 'info');
 }
 
 function addSession(session) {
@@ -533,6 +552,7 @@ function onEvent(event) {
       paintSessions();
       if (!current) return;
       paintSession();
+      if (session.worktree) refreshGit();
       // An undo or a redo (maybe in another tab) changed what is taken back; a new prompt
       // removed the messages an undo took back.
       if (!state.changing && (redoChanged || conversation.hasReverted())) loadConversation();
@@ -571,7 +591,37 @@ function applyToConversation({ type, data }) {
 }
 
 function paintGit() {
-  if (state.project) loadGit(state.project.id, { onOpen: openChange });
+  git.load(state.project, state.session);
+}
+
+// Projects|git read: a repository offers sessions in worktrees; a worktree's branch by the title.
+function paintGitState(folder, worktree) {
+  worktreeForm.offer(!!folder?.repository && !folder.refused);
+  const badge = byId('session-branch');
+  badge.hidden = !worktree || !state.session?.worktree;
+  badge.textContent = worktree ? `⎇ ${worktree.branch || '(detached)'}` : '';
+}
+
+function worktreeMerged(result, session) {
+  const count = result.files?.length ?? 0;
+  toast(`Merged “${session.name}” into ${result.into}: ${count} file${count === 1 ? '' : 's'}`, 'info');
+  if (state.project) tree.load(state.project.id);
+  if (state.session?.id === session.id) changes.load(session.id);
+}
+
+function worktreeDiscarded(fresh, branch) {
+  const known = state.sessions.find((s) => s.id === fresh.id);
+  if (known) Object.assign(known, fresh);
+  paintSessions();
+  paintSession();
+  toast(`Discarded the worktree and ${branch}`, 'info');
+  if (state.session?.id === fresh.id) changes.load(fresh.id);
+}
+
+// Only the Git panel, once a burst of session updates has passed.
+function refreshGit() {
+  clearTimeout(gitOnlyTimer);
+  gitOnlyTimer = setTimeout(paintGit, GIT_REFRESH_MS);
 }
 
 // Git and the file tree, read again once a burst of changes has passed.
@@ -642,6 +692,8 @@ for (const id of ['open-folder', 'welcome-open']) {
 byId('new-session').addEventListener('click', () => newSession());
 byId('open-providers').addEventListener('click', () => providers.show());
 byId('open-rules').addEventListener('click', () => { if (state.project) rules.show(state.project); });
+byId('open-settings').addEventListener('click', () => settings.show());
+byId('session-settings').addEventListener('click', () => { if (state.session) settings.show('session'); });
 byId('open-schedules').addEventListener('click', () => { if (state.project) schedules.show(state.project); });
 byId('git-refresh').addEventListener('click', paintGit);
 byId('diff-refresh').addEventListener('click', () => { if (state.session) changes.load(state.session.id); });

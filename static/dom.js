@@ -86,3 +86,38 @@ export function reveal(text) {
   return String(text).replace(HIDDEN, (ch) => (ch === ' ' || ch === '\t' || ch === '\n') ? ch
     : `<U+${ch.codePointAt(0).toString(16).toUpperCase().padStart(4, '0')}>`);
 }
+
+// "1 file", "2 files": a count with its noun.
+export function plural(count, noun, many = `${noun}s`) {
+  return `${count} ${count === 1 ? noun : many}`;
+}
+
+// Ask before an action that cannot be taken back, in the page's own dialog (#confirm-dialog):
+// `question` says what will happen, `details` (text or elements) what it touches; resolves to
+// true only when the person presses the `action` button (Escape, Cancel or × answer false).
+export function confirmAction({ title = 'Are you sure?', question, details = [], action = 'OK', danger = false }) {
+  const dialog = byId('confirm-dialog');
+  const ok = byId('confirm-ok');
+  if (dialog.open) return Promise.resolve(false); // one question at a time
+  byId('confirm-title').textContent = title;
+  byId('confirm-question').textContent = question;
+  byId('confirm-details').replaceChildren(...[details].flat().filter(Boolean));
+  ok.textContent = action;
+  ok.className = danger ? 'danger armed' : 'primary';
+  return new Promise((resolve) => {
+    const done = (answer) => {
+      ok.removeEventListener('click', accept);
+      dialog.removeEventListener('close', refuse);
+      resolve(answer);
+    };
+    const accept = () => {
+      done(true);
+      dialog.close();
+    };
+    const refuse = () => done(false);
+    ok.addEventListener('click', accept);
+    dialog.addEventListener('close', refuse);
+    dialog.showModal();
+    byId('confirm-cancel').focus(); // Enter alone never confirms
+  });
+}

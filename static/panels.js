@@ -1,7 +1,8 @@
 // The right column: the session's task list, the files it changed (with their patches), the
-// project's git state and its file tree (read one level at a time, when a folder is opened).
+// git state (the project's, and a worktree session's with Merge and Discard) and the project's
+// file tree (read one level at a time, when a folder is opened).
 import { api } from '/api.js';
-import { h, byId, formatSize, pressable } from '/dom.js';
+import { h, byId, formatSize, pressable, plural, confirmAction, toast } from '/dom.js';
 import { renderFileDiff, counts, statusLetter } from '/diff.js';
 
 const TODO_MARKS = { pending: '○', in_progress: '◐', done: '●' };
@@ -16,32 +17,284 @@ export function renderTodos(items) {
   if (!items.length) list.append(h('li', { className: 'empty' }, 'No tasks'));
 }
 
-// onOpen(path): a changed file was chosen (its diff opens in the Changes panel).
-export async function loadGit(projectid, { onOpen } = {}) {
-  const box = byId('git');
-  let state;
-  try {
-    state = await api('projects_git', { id: projectid });
-  } catch (error) {
-    box.replaceChildren(h('p', { className: 'error' }, error.message));
-    return;
+// The Git panel: the project folder's branch and changes; for a session that works in a git
+// worktree, its branch against the project's, its uncommitted changes, Merge and Discard (each
+// asked first, saying what it will do); and the worktrees that removed sessions left behind
+// because they held work, each with a Discard (asked first). A refused merge stays shown, with
+// its reason and files, until the next try or another session.
+export class GitPanel {
+  // onOpen(path): a changed file was chosen (its diff opens in the Changes panel).
+  // onRead(folder, worktree): Projects|git (null when it failed) and the worktree's Sessions|git.
+  // onMerged(result), onDiscarded(session): a worktree action went through.
+  constructor({ onOpen, onRead, onMerged, onDiscarded }) {
+    Object.assign(this, { onOpen, onRead, onMerged, onDiscarded });
+    this.box = byId('git');
+    this.project = null;
+    this.session = null;
+    this.folder = null; // Projects|git, or {error}
+    this.worktree = null; // Sessions|git of a worktree session, or {error}
+    this.note = null; // {sessionid, kind: refused|error|merged, text, files}
+    this.running = false;
+    this.busy = false; // a merge or a discard is under way
+    this.reading = 0; // only the answer to the latest read is shown
   }
-  if (!state.repository) {
-    box.replaceChildren(h('p', { className: 'muted' }, 'Not a git repository'));
-    return;
+
+  async load(project, session) {
+    if (session?.id !== this.session?.id) this.note = null;
+    this.project = project ?? null;
+    this.session = project ? session ?? null : null;
+    const reading = ++this.reading;
+    if (!project) {
+      this.folder = this.worktree = null;
+      this.box.replaceChildren();
+      this.onRead?.(null, null);
+      return;
+    }
+    const failed = (error) => ({ error });
+    const [folder, worktree] = await Promise.all([
+      api('projects_git', { id: project.id }).catch(failed),
+      this.session?.worktree ? api('sessions_git', { id: this.session.id }).catch(failed) : null,
+    ]);
+    if (reading !== this.reading) return;
+    this.folder = folder;
+    this.worktree = worktree;
+    this.onRead?.(folder.error ? null : folder, worktree && !worktree.error ? worktree : null);
+    this.paint();
   }
-  if (state.refused) {  // the repository's config names programs: Totem did not run git
-    box.replaceChildren(h('p', { className: 'muted git-refused' }, state.refused));
-    return;
+
+  reload() {
+    return this.load(this.project, this.session);
   }
-  const files = state.files.map((file) => h('li', { title: `${file.status}${file.staged ? ', staged' : ''}`,
-    dataset: { path: file.path }, ...(onOpen ? pressable(() => onOpen(file.path)) : {}) },
-    h('span', { className: `git-status ${file.status}${file.staged ? ' staged' : ''}` }, GIT_LETTERS[file.status] || '?'),
-    h('span', { className: 'path' }, file.path)));
-  box.replaceChildren(
-    h('div', { className: 'branch' }, h('span', { className: 'muted' }, 'branch '), h('strong', null, state.branch || '(detached)')),
-    files.length ? h('ul', { className: 'changes' }, files) : h('p', { className: 'muted' }, 'No changes'));
-  if (state.more) box.append(h('p', { className: 'muted' }, 'More changes are not shown'));
+
+  // Merge and Discard wait while the session runs (the server refuses them then).
+  setRunning(running) {
+    this.running = running;
+    for (const button of this.box.querySelectorAll('.worktree-actions button')) button.disabled = running || this.busy;
+  }
+
+  paint() {
+    const inWorktree = !!this.session?.worktree;
+    this.box.replaceChildren(...[
+      inWorktree ? this.worktreeBlock() : null,
+      ...this.folderBlock(inWorktree),
+      this.folder?.leftover?.length ? this.leftoverBlock(this.folder.leftover) : null,
+    ].filter(Boolean));
+  }
+
+  folderBlock(titled) {
+    const state = this.folder;
+    const title = titled ? h('h3', { className: 'git-title' }, 'Project folder') : null;
+    if (!state) return [];
+    if (state.error) return [title, h('p', { className: 'error' }, state.error.message)];
+    if (!state.repository) return [title, h('p', { className: 'muted' }, 'Not a git repository')];
+    if (state.refused) { // the repository's config names programs: Totem did not run git
+      return [title, h('p', { className: 'muted git-refused' }, state.refused)];
+    }
+    const list = state.files.length ? changeList(state.files, this.onOpen)
+      : h('p', { className: 'muted' }, 'No changes');
+    return [title,
+      h('div', { className: 'branch' }, h('span', { className: 'muted' }, 'branch '), h('strong', null, state.branch || '(detached)')),
+      list, state.more ? h('p', { className: 'muted' }, 'More changes are not shown') : null];
+  }
+
+  worktreeBlock() {
+    const state = this.worktree;
+    const box = h('div', { className: 'worktree', title: this.session.worktree },
+      h('h3', { className: 'git-title' }, 'Worktree of this session'));
+    if (!state) return box;
+    if (state.error) {
+      box.append(h('p', { className: 'error worktree-error' }, problemText(state.error)));
+      return box;
+    }
+    const changed = uniquePaths(state.changes);
+    Object.assign(box.dataset, { branch: state.branch ?? '', into: state.into, ahead: String(state.ahead),
+      behind: String(state.behind), changed: String(changed.length) });
+    const merge = h('button', { type: 'button', className: 'small primary worktree-merge',
+      title: `Commit what is uncommitted in the worktree and merge its branch into ${state.into}`,
+      onclick: () => this.merge() }, 'Merge');
+    const discard = h('button', { type: 'button', className: 'small danger worktree-discard',
+      title: 'Delete the worktree and its branch, with their work', onclick: () => this.discard() }, 'Discard');
+    merge.disabled = discard.disabled = this.running || this.busy;
+    box.append(...[
+      h('div', { className: 'worktree-branch' },
+        h('strong', { className: 'wt-branch' }, state.branch || '(detached)'),
+        h('span', { className: 'muted' }, ' into '), h('strong', { className: 'wt-into' }, state.into)),
+      h('div', { className: 'worktree-counts' },
+        h('span', { className: 'wt-ahead', title: `Commits of the branch that ${state.into} does not have` },
+          `${plural(state.ahead, 'commit')} ahead`),
+        h('span', { className: 'muted' }, ' · '),
+        h('span', { className: 'wt-behind', title: `Commits of ${state.into} that the branch does not have` },
+          `${state.behind} behind`)),
+      state.changes.length ? changeList(state.changes, this.onOpen, 'wt-changes')
+        : h('p', { className: 'muted wt-clean' }, 'No uncommitted change'),
+      h('div', { className: 'worktree-actions' }, merge, discard),
+      this.noteElement(),
+    ].filter(Boolean));
+    return box;
+  }
+
+  noteElement() {
+    const note = this.note;
+    if (!note || note.sessionid !== this.session?.id) return null;
+    if (note.kind === 'refused') {
+      return h('div', { className: 'worktree-refused', role: 'alert' },
+        h('strong', null, 'Merge refused'),
+        h('p', { className: 'refused-reason' }, note.text),
+        note.files.length ? h('ul', { className: 'refused-files' },
+          note.files.map((file) => h('li', { dataset: { path: file } }, h('code', null, file)))) : null,
+        h('p', { className: 'muted' }, 'Nothing was changed: not the project, not the worktree.'));
+    }
+    return h('p', { className: note.kind === 'merged' ? 'worktree-merged' : 'error worktree-error', role: 'status' }, note.text);
+  }
+
+  leftoverBlock(items) {
+    return h('div', { className: 'leftover' },
+      h('h3', { className: 'git-title' }, 'Left-over worktrees'),
+      h('p', { className: 'muted leftover-note' }, 'Kept from removed sessions because they held work.'),
+      h('ul', { className: 'leftover-list' }, items.map((item) => h('li', { dataset: { path: item.path } },
+        h('div', { className: 'leftover-text' },
+          h('strong', { className: 'wt-branch' }, item.branch || '(no branch)'),
+          h('code', { className: 'muted leftover-path', title: item.path }, h('bdi', null, item.path))),
+        h('button', { type: 'button', className: 'small danger', title: 'Delete this worktree and its branch',
+          onclick: () => this.discardLeftover(item) }, 'Discard')))));
+  }
+
+  // -- the actions ----------------------------------------------------------------------------
+
+  setNote(session, note) {
+    this.note = note ? { sessionid: session.id, files: [], ...note } : null;
+  }
+
+  // The worktree's state of now: what the question says is what the action does.
+  async fresh(session) {
+    try {
+      const state = await api('sessions_git', { id: session.id });
+      this.worktree = state;
+      return state;
+    } catch (error) {
+      this.setNote(session, { kind: 'error', text: problemText(error) });
+      this.paint();
+      return null;
+    }
+  }
+
+  async merge() {
+    const session = this.session;
+    if (!session?.worktree || this.busy) return;
+    const state = await this.fresh(session);
+    if (!state || this.session?.id !== session.id) return;
+    const changed = uniquePaths(state.changes);
+    const branch = state.branch || 'the branch';
+    if (!changed.length && !state.ahead) {
+      this.setNote(session, { kind: 'error', text: `Nothing to merge: ${branch} has no change that ${state.into} does not have.` });
+      this.paint();
+      return;
+    }
+    const question = changed.length
+      ? `Commit the ${plural(changed.length, 'changed file')} and merge ${branch} into ${state.into}?`
+      : `Merge ${branch} (${plural(state.ahead, 'commit')}) into ${state.into}?`;
+    const yes = await confirmAction({ title: 'Merge the worktree', question, action: 'Merge', details: [
+      changed.length ? h('ul', { className: 'confirm-files' }, changed.slice(0, MAX_LISTED).map((path) => h('li', null, h('code', null, path))),
+        changed.length > MAX_LISTED ? h('li', { className: 'muted' }, `and ${changed.length - MAX_LISTED} more`) : null) : null,
+      h('p', { className: 'muted' }, `${changed.length ? `The commit is named “${session.name}”, by the repository's user.name and user.email. ` : ''}`
+        + `The merge is a new commit on ${state.into} in the project folder. If it would conflict, or change a file `
+        + 'with uncommitted changes there, nothing is changed.'),
+    ] });
+    if (!yes) return;
+    this.busy = true;
+    this.setRunning(this.running);
+    let result;
+    try {
+      result = await api('sessions_worktreemerge', { id: session.id, body: {} });
+    } catch (error) {
+      this.setNote(session, refusal(error));
+      return;
+    } finally {
+      this.busy = false;
+      if (this.session?.id === session.id) await this.reload();
+    }
+    const files = result.files ?? [];
+    this.setNote(session, { kind: 'merged', text: `Merged ${branch} into ${result.into}: ${plural(files.length, 'file')}`
+      + `${files.length ? ` (${files.slice(0, MAX_LISTED).join(', ')}${files.length > MAX_LISTED ? ', …' : ''})` : ''}`
+      + `, commit ${String(result.commit).slice(0, 10)}.` });
+    this.paint();
+    this.onMerged?.(result, session);
+  }
+
+  async discard() {
+    const session = this.session;
+    if (!session?.worktree || this.busy) return;
+    const state = await this.fresh(session);
+    if (!state || this.session?.id !== session.id) return;
+    const changed = uniquePaths(state.changes);
+    const branch = state.branch || 'its branch';
+    const yes = await confirmAction({ title: 'Discard the worktree', action: 'Discard', danger: true,
+      question: `Discard the worktree and the branch ${branch} with its ${plural(state.ahead, 'commit')} and ${plural(changed.length, 'uncommitted change')}?`,
+      details: h('p', { className: 'muted' }, `Its folder ${session.worktree} is deleted with the branch: this cannot be undone. `
+        + 'The session and its conversation stay, without a folder to work in.') });
+    if (!yes) return;
+    this.busy = true;
+    this.setRunning(this.running);
+    let fresh;
+    try {
+      fresh = await api('sessions_worktreediscard', { id: session.id, body: {} });
+    } catch (error) {
+      this.setNote(session, { kind: 'error', text: problemText(error) });
+      return;
+    } finally {
+      this.busy = false;
+      if (this.session?.id === session.id) await this.reload();
+    }
+    this.onDiscarded?.(fresh, branch);
+  }
+
+  async discardLeftover(item) {
+    const project = this.project;
+    if (!project) return;
+    const yes = await confirmAction({ title: 'Discard a left-over worktree', action: 'Discard', danger: true,
+      question: `Discard the left-over worktree and the branch ${item.branch || '(none)'} with the work it holds?`,
+      details: h('p', { className: 'muted' }, `Its folder ${item.path} is deleted with its uncommitted changes, and the branch `
+        + 'with its commits: this cannot be undone.') });
+    if (!yes) return;
+    try {
+      await api('projects_worktreediscard', { id: project.id, body: { path: item.path } });
+      toast(`Discarded the worktree${item.branch ? ` of ${item.branch}` : ''}`, 'info');
+    } catch (error) {
+      toast(error.message);
+    }
+    if (this.project?.id === project.id) await this.reload();
+  }
+}
+
+const MAX_LISTED = 20;
+
+function changeList(files, onOpen, extra = '') {
+  return h('ul', { className: `changes${extra ? ` ${extra}` : ''}` }, files.map((file) => h('li', {
+    title: `${file.status}${file.staged ? ', staged' : ''}`, dataset: { path: file.path, status: file.status },
+    ...(onOpen ? pressable(() => onOpen(file.path)) : {}),
+  },
+  h('span', { className: `git-status ${file.status}${file.staged ? ' staged' : ''}` }, GIT_LETTERS[file.status] || '?'),
+  h('span', { className: 'path' }, file.path))));
+}
+
+// What the server said, without the names of the fields (the panel says what was asked).
+function problemText(error) {
+  return error.problems?.length ? error.problems.map((p) => p.error).join('; ') : error.message;
+}
+
+// A file both staged and changed again is one changed file.
+function uniquePaths(changes) {
+  return [...new Set(changes.map((change) => change.path))];
+}
+
+// A 409 of Sessions|worktreemerge: "<reason>: file1, file2" (nothing was changed); else the error.
+function refusal(error) {
+  const text = error.problems?.find((p) => p.name === 'worktree')?.error;
+  if (error.status !== 409 || !text) return { kind: 'error', text: problemText(error) };
+  const cut = text.indexOf(': ');
+  if (cut < 0) return { kind: 'refused', text, files: [] };
+  const files = text.slice(cut + 2).split(', ').filter((file) => file && file !== 'no file named');
+  return { kind: 'refused', text: text.slice(0, cut), files };
 }
 
 // The files the open session changed (Sessions|diff), each with its status and counts; the one

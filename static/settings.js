@@ -1,9 +1,14 @@
-// The Providers and Rules dialogs.
+// The Providers, Rules and Settings dialogs.
 //
 // A provider's key is write-only: the field is never filled from the server (the server never
 // sends it); left empty it keeps the saved key, and "Remove the saved key" sends "".
 import { api } from '/api.js';
 import { h, byId, confirmButton, toast } from '/dom.js';
+
+const SOURCES = { config: 'config.ini', all: 'all projects', project: 'this project', session: 'this session' };
+const SCOPE_WORDS = { all: 'all projects', project: 'this project', session: 'this session' };
+const BELOW = { all: 'config.ini', project: 'all projects (or config.ini)', session: 'the project (or all projects, or config.ini)' };
+const FIELD_PROBLEMS = new Set(['value', 'key']);
 
 const RULE_TOOLS = ['bash', 'read', 'write', 'edit', 'patch', 'glob', 'grep', 'fetch', 'skill', 'todo', 'ask', 'mcp', '*'];
 
@@ -234,4 +239,179 @@ export class RulesDialog {
     }
     await this.refresh();
   }
+}
+
+// The Settings dialog: the values a run reads (Settings|read), in layers config.ini < all
+// projects < this project < this session. A tab per level where a value can be set: each key
+// shows its effective value there, where it comes from, its description and range, and can be
+// set or cleared at that level (Settings|save); the server's refusal is shown by the field.
+export class SettingsDialog {
+  // context(): {project, session} open in the page.
+  constructor({ context }) {
+    this.dialog = byId('settings-dialog');
+    this.list = byId('settings-list');
+    this.context = context;
+    this.scope = 'all';
+    this.project = null;
+    this.session = null;
+    this.rows = new Map(); // key -> {element, input, value, source, clear, error, item}
+    this.reading = 0;
+    for (const tab of this.tabs()) tab.addEventListener('click', () => this.choose(tab.dataset.scope));
+    byId('settings-tabs').addEventListener('keydown', (event) => this.moveTab(event));
+  }
+
+  tabs() {
+    return [...byId('settings-tabs').querySelectorAll('[role=tab]')];
+  }
+
+  // scope: all, project or session; by default the open project's level.
+  async show(scope) {
+    const { project, session } = this.context();
+    this.project = project ?? null;
+    this.session = project ? session ?? null : null;
+    byId('settings-tab-project').disabled = !this.project;
+    byId('settings-tab-session').disabled = !this.session;
+    if (!this.dialog.open) this.dialog.showModal();
+    await this.choose(scope ?? (this.project ? 'project' : 'all'));
+  }
+
+  moveTab(event) {
+    if (event.key !== 'ArrowLeft' && event.key !== 'ArrowRight') return;
+    const open = this.tabs().filter((tab) => !tab.disabled);
+    const at = open.findIndex((tab) => tab.dataset.scope === this.scope);
+    const next = open[(at + (event.key === 'ArrowRight' ? 1 : open.length - 1)) % open.length];
+    event.preventDefault();
+    next.focus();
+    this.choose(next.dataset.scope);
+  }
+
+  ids(scope) {
+    if (scope === 'project') return { projectid: this.project.id };
+    if (scope === 'session') return { projectid: this.project.id, sessionid: this.session.id };
+    return {};
+  }
+
+  async choose(wanted) {
+    let scope = wanted;
+    if ((scope === 'project' && !this.project) || (scope === 'session' && !this.session)) scope = 'all';
+    this.scope = scope;
+    for (const tab of this.tabs()) {
+      const chosen = tab.dataset.scope === scope;
+      tab.setAttribute('aria-selected', String(chosen));
+      tab.classList.toggle('active', chosen);
+      tab.tabIndex = chosen ? 0 : -1;
+    }
+    this.list.dataset.scope = scope;
+    byId('settings-dialog-title').textContent = scope === 'session' ? `Session settings · ${this.session.name}`
+      : scope === 'project' ? `Settings · ${this.project.name}` : 'Settings · all projects';
+    byId('settings-scope-note').textContent = `${{
+      all: 'Values for every project, over config.ini; a project or a session can set its own.',
+      project: `Values for the project “${this.project?.name}”: they win over all projects; a session can set its own.`,
+      session: `Values for the session “${this.session?.name}” only: they win over the project and all projects.`,
+    }[scope]} A run reads them when it starts: a change applies from the next prompt.`;
+    showError('settings-error', '');
+    this.rows.clear();
+    this.list.replaceChildren(h('li', { className: 'empty' }, 'Reading…'));
+    const reading = ++this.reading;
+    let values;
+    try {
+      values = await api('settings', { query: this.ids(scope) });
+    } catch (error) {
+      if (reading === this.reading) this.list.replaceChildren(h('li', { className: 'error' }, error.message));
+      return;
+    }
+    if (reading !== this.reading) return;
+    this.list.replaceChildren(...Object.entries(values).map(([key, item]) => this.row(key, item)));
+  }
+
+  row(key, item) {
+    const id = `setting-${key}`;
+    const integer = item.type === 'integer';
+    const input = h('input', { id, type: 'number', className: 'setting-input', step: integer ? '1' : 'any',
+      min: item.min, max: item.max, inputMode: integer ? 'numeric' : 'decimal', spellcheck: false,
+      placeholder: item.nullable ? 'provider default' : '', 'aria-describedby': `${id}-about` });
+    const value = h('strong', { className: 'setting-value' });
+    const source = h('span', { className: 'setting-source', title: "config.ini, or Totem's own default where config.ini says nothing" });
+    const clear = h('button', { type: 'button', className: 'small setting-clear', onclick: () => this.save(key, { clear: true }) }, 'Clear');
+    const error = h('p', { className: 'field-error', id: `${id}-error`, dataset: { errorFor: key }, role: 'alert', hidden: true });
+    const form = h('form', { className: 'setting-form', noValidate: true, autocomplete: 'off' },
+      input,
+      h('button', { type: 'submit', className: 'small primary setting-set' }, `Set for ${SCOPE_WORDS[this.scope]}`),
+      clear);
+    form.addEventListener('submit', (event) => {
+      event.preventDefault();
+      this.save(key, { value: inputValue(input) });
+    });
+    const element = h('li', { className: 'card setting', dataset: { key } },
+      h('div', { className: 'grow' },
+        h('div', { className: 'setting-title' },
+          h('label', { htmlFor: id }, h('code', null, key)),
+          h('span', { className: 'muted setting-range' }, rangeText(item))),
+        h('div', { id: `${id}-about`, className: 'muted setting-description' }, item.description),
+        h('div', { className: 'setting-effective' }, h('span', { className: 'muted' }, 'Now '), value, ' ', source),
+        form, error));
+    this.rows.set(key, { element, input, value, source, clear, error, item });
+    this.paintRow(key, item, true);
+    return element;
+  }
+
+  paintRow(key, item, fill) {
+    const row = this.rows.get(key);
+    row.item = item;
+    row.value.textContent = item.value === null || item.value === undefined ? "the provider's default" : String(item.value);
+    row.source.textContent = `from ${SOURCES[item.source] ?? item.source}`;
+    row.source.dataset.source = item.source;
+    row.element.dataset.source = item.source;
+    row.clear.hidden = item.source !== this.scope;
+    row.clear.title = `Remove the value set for ${SCOPE_WORDS[this.scope]}: the one of ${BELOW[this.scope]} applies again`;
+    if (fill) row.input.value = item.value === null || item.value === undefined ? '' : String(item.value);
+  }
+
+  fieldError(key, text) {
+    const row = this.rows.get(key);
+    if (!row) return;
+    row.error.textContent = text;
+    row.error.hidden = !text;
+    row.element.classList.toggle('invalid', !!text);
+    if (text) row.input.setAttribute('aria-errormessage', row.error.id);
+    else row.input.removeAttribute('aria-errormessage');
+    row.input.setAttribute('aria-invalid', String(!!text));
+  }
+
+  async save(key, change) {
+    const scope = this.scope;
+    const body = { scope, key, ...this.ids(scope), ...change };
+    this.fieldError(key, '');
+    showError('settings-error', '');
+    let values;
+    try {
+      values = await api('settings_save', { body });
+    } catch (error) {
+      if (this.scope !== scope) return;
+      const problems = error.problems?.length ? error.problems : [{ error: error.message }];
+      this.fieldError(key, problems.filter((p) => FIELD_PROBLEMS.has(p.name)).map((p) => p.error).join('; '));
+      const others = problems.filter((p) => !FIELD_PROBLEMS.has(p.name));
+      showError('settings-error', others.map((p) => (p.name && p.name !== '$' ? `${p.name}: ${p.error}` : p.error)).join('; '));
+      this.rows.get(key)?.input.focus();
+      return;
+    }
+    if (this.scope !== scope) return;
+    for (const [name, item] of Object.entries(values)) if (this.rows.has(name)) this.paintRow(name, item, name === key);
+    toast(`${change.clear ? 'Cleared' : 'Set'} ${key} for ${SCOPE_WORDS[scope]}`, 'info');
+  }
+}
+
+// An empty field is null: "the provider's default" for a key that takes it (the server refuses
+// it for the others); a number as a number.
+function inputValue(input) {
+  const text = input.value.trim();
+  if (!text) return null;
+  const number = Number(text);
+  return Number.isFinite(number) ? number : text;
+}
+
+function rangeText(item) {
+  const shown = (n) => String(n);
+  return `${item.type === 'integer' ? 'an integer' : 'a number'} from ${shown(item.min)} to ${shown(item.max)}`
+    + `${item.nullable ? "; empty: the provider's default" : ''}`;
 }

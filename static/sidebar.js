@@ -15,7 +15,8 @@ export function renderProjects(projects, current, { onSelect, onForget }) {
 }
 
 // `more`: Sessions|list has older sessions; the last row reads them with onMore. A session run
-// by a schedule has a clock mark (`schedules`: the project's, for the schedule's name).
+// by a schedule has a clock mark (`schedules`: the project's, for the schedule's name); one that
+// works in a git worktree has a branch mark.
 export function renderSessions(sessions, current, questions, { onSelect, onRename, onRemove, more, onMore, schedules = [] }) {
   byId('sessions').replaceChildren(...sessions.map((session) => {
     const waiting = questions.count(session.id);
@@ -27,6 +28,8 @@ export function renderSessions(sessions, current, questions, { onSelect, onRenam
     h('span', { className: `dot ${session.status}`, title: session.status }),
     name,
     session.schedule ? scheduledMark(schedules.find((s) => s.id === session.schedule)) : null,
+    session.worktree ? h('span', { className: 'worktree-mark', role: 'img', title: 'Works in a git worktree of its own',
+      'aria-label': 'in a worktree' }, '⎇') : null,
     waiting ? h('span', { className: 'waiting', title: `${waiting} question${waiting > 1 ? 's' : ''} waiting` }, `? ${waiting}`) : null,
     h('span', { className: 'actions' },
       h('button', { type: 'button', className: 'icon', title: 'Rename', 'aria-label': 'Rename',
@@ -67,6 +70,75 @@ function startRename(nameElement, session, onRename) {
   nameElement.replaceWith(input);
   input.focus();
   input.select();
+}
+
+// "New session in a worktree": the form under the Sessions heading, offered only for a project
+// that is a git repository (`offer`). The session's name makes its branch, totem/<name>; the
+// server's refusal (not the top folder, no commit yet, a config that names programs) is shown in
+// the form. onCreate(name) creates the session and opens it (it throws the ApiError).
+export class WorktreeForm {
+  constructor({ onCreate }) {
+    this.onCreate = onCreate;
+    this.button = byId('new-worktree');
+    this.form = byId('worktree-form');
+    this.name = byId('worktree-name');
+    this.busy = false;
+    this.button.addEventListener('click', () => (this.form.hidden ? this.open() : this.close()));
+    byId('worktree-cancel').addEventListener('click', () => this.close());
+    this.name.addEventListener('input', () => this.hint());
+    this.name.addEventListener('keydown', (event) => { if (event.key === 'Escape') this.close(); });
+    this.form.addEventListener('submit', (event) => { event.preventDefault(); this.create(); });
+  }
+
+  offer(offered) {
+    this.button.hidden = !offered;
+    if (!offered) this.close();
+  }
+
+  open() {
+    this.name.value = '';
+    this.error('');
+    this.hint();
+    this.form.hidden = false;
+    this.button.setAttribute('aria-expanded', 'true');
+    this.name.focus();
+  }
+
+  close() {
+    this.form.hidden = true;
+    this.button.setAttribute('aria-expanded', 'false');
+  }
+
+  hint() {
+    byId('worktree-branch').textContent = `It works in a folder of its own on a new branch ${branchName(this.name.value)}, `
+      + 'which you merge or discard; your project folder stays as it is until you merge.';
+  }
+
+  error(text) {
+    byId('worktree-error').textContent = text;
+    byId('worktree-error').hidden = !text;
+  }
+
+  async create() {
+    if (this.busy) return;
+    this.busy = true;
+    this.error('');
+    try {
+      await this.onCreate(this.name.value.trim());
+      this.close();
+    } catch (error) {
+      this.error(error.problems?.find((p) => p.name === 'worktree')?.error ?? error.message);
+    } finally {
+      this.busy = false;
+    }
+  }
+}
+
+// The branch the server makes of a session name (worktrees.branch_name); a taken name gets -2.
+function branchName(name) {
+  const slug = (name.trim() || 'New session').toLowerCase().replace(/[^a-z0-9]+/g, '-').replace(/^-+|-+$/g, '')
+    .slice(0, 40).replace(/-+$/, '');
+  return `totem/${slug || '<session id>'}`;
 }
 
 // The folder browser of Folders|list: places on the left, the folders of `path` on the right.

@@ -386,11 +386,11 @@ class CatalogTest(ProvidersCase):
         self.assertIn("connection refused", catalog["providers"][1]["error"])
         self.assertEqual(catalog["models"], [
             {"id": f"{good['id']}/gpt-4.1-2025-04-14", "provider": {"id": good["id"], "name": "Good", "icon": "openai"},
-             "model": "gpt-4.1-2025-04-14", "name": "gpt-4.1-2025-04-14", "context": 1047576, "tools": True,
-             "reasoning": False, "free": False},
+             "model": "gpt-4.1-2025-04-14", "name": "gpt-4.1-2025-04-14", "context": 1047576,
+             "contextguessed": False, "tools": True, "reasoning": False, "free": False},
             {"id": f"{good['id']}/o4-mini", "provider": {"id": good["id"], "name": "Good", "icon": "openai"},
-             "model": "o4-mini", "name": "o4-mini", "context": 200000, "tools": True, "reasoning": True,
-             "free": False},
+             "model": "o4-mini", "name": "o4-mini", "context": 200000, "contextguessed": False, "tools": True,
+             "reasoning": True, "free": False},
         ])
         models = await self.ask("providers_models")
         self.assertEqual(models.status, 200)

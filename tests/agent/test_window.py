@@ -57,7 +57,7 @@ class WindowCase(LoopCase):
             {"id": "scripted-model", "object": "model", "context_length": 8192}]})
         answer = await call(self.app, "providers_catalog")  # lists the models: their windows are known
         self.assertEqual(answer.status, 200, answer.body)
-        self.assertEqual([m["context"] for m in answer.json()["models"]], [8192])
+        self.assertEqual([(m["context"], m["contextguessed"]) for m in answer.json()["models"]], [(8192, False)])
 
     def chats(self) -> list:
         return [request for request in self.model.requests if request.path.endswith("/chat/completions")]
@@ -100,3 +100,10 @@ class WindowFullTest(WindowCase):
         self.assertEqual(session["status"], "error")
         self.assertIn("window", session["error"])
         self.assertEqual(self.chats(), [])
+
+
+class GuessedWindowTest(LoopCase):
+    async def test_a_window_the_provider_does_not_state_is_the_kinds_default_said_so(self):
+        self.model.serve_json("GET", "/v1/models", {"object": "list", "data": [{"id": "scripted-model"}]})
+        models = (await call(self.app, "providers_catalog")).json()["models"]
+        self.assertEqual([(m["context"], m["contextguessed"]) for m in models], [(32768, True)])

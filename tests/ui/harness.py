@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import threading
 
 from tests.model_server import MODEL_ID, ScriptedModel
@@ -156,3 +157,27 @@ def watch_csp(page):
     });""")
     page.on("console", lambda message: found.append(message.text) if message.type == "error" else None)
     return lambda: list(found)
+
+
+# -- git repositories -------------------------------------------------------------------------
+
+GIT_AUTHOR = ("Tess Ter", "tess@example.invalid")
+
+
+def git(root: str, *args: str) -> str:
+    """Run git in `root` (failing the test when git fails); returns its output."""
+    return subprocess.run(["git", "-C", root, *args], capture_output=True, text=True, check=True).stdout
+
+
+def git_project(live: LiveTotem, name: str, files: dict[str, str] | None = None, commit: bool = True) -> dict:
+    """A project that is a git repository on `main`, with an author in its own config and (unless
+    not `commit`) its files in a first commit."""
+    project = live.project(name, files)
+    root = project["path"]
+    git(root, "init", "-q", "-b", "main")
+    git(root, "config", "user.name", GIT_AUTHOR[0])
+    git(root, "config", "user.email", GIT_AUTHOR[1])
+    if commit:
+        git(root, "add", "-A")
+        git(root, "commit", "-q", "-m", "first")
+    return project

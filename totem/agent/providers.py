@@ -259,7 +259,8 @@ class Providers:
     async def catalog(self) -> dict:
         """The models a session can use, from every saved provider, fetched concurrently:
         `{"providers": [{id, name, kind, icon, error}], "models": [{id: "<providerid>/<model>",
-        provider: {id, name, icon}, model, name, context, tools, reasoning, free}]}`. A provider that
+        provider: {id, name, icon}, model, name, context, contextguessed, tools, reasoning, free}]}`
+        (`contextguessed`: the provider does not say, `context` is its kind's default). A provider that
         fails is listed with `error` (a sentence) and no models; it never breaks the catalog.
         When a provider has a chosen list of models, only those are offered."""
         rows = await self.store.list_providers()
@@ -269,11 +270,15 @@ class Providers:
             brief = {"id": row["id"], "name": row["name"], "icon": self.icon(row["kind"])}
             providers.append({**brief, "kind": row["kind"], "error": error})
             chosen = row["data"].get("models")
+            kind = self._kinds.get(row["kind"])
+            guess = getattr(kind, "default_context", None)
             for model in entries:
                 if chosen and model["id"] not in chosen:
                     continue
+                # A window the provider does not state is the kind's default, said to be one.
                 models.append({"id": f"{row['id']}/{model['id']}", "provider": brief, "model": model["id"],
-                               "name": model["name"], "context": model["context"], "tools": model["tools"],
+                               "name": model["name"], "context": model["context"] or guess,
+                               "contextguessed": model["context"] is None, "tools": model["tools"],
                                "reasoning": model["reasoning"], "free": model["free"]})
         return {"providers": providers, "models": models}
 
