@@ -12,7 +12,14 @@ import pytest
 from tests.model_server import reply
 from tests.test_loop import LoopCase
 from tests.utils import MS, call
-from totem.agent.context import KEPT_STEPS, ContextFull, estimated_tokens, fit_window
+from totem.agent.context import (
+    COMPACTED_INTRO,
+    COMPACTION_INSTRUCTIONS,
+    KEPT_STEPS,
+    ContextFull,
+    estimated_tokens,
+    fit_window,
+)
 
 TOOLS = [{"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}]
 
@@ -90,6 +97,7 @@ class WindowFullTest(WindowCase):
     async def test_a_session_past_the_window_ends_with_a_clear_error(self):
         """When pruning is not enough the run stops at once with the reason, never an overflow
         sent to the model or a loop."""
+        self.model.script(reply("a summary"))
         answer = await self.prompt("x" * 40_000)
         self.assertEqual(answer.status, 200, answer.body)
         for _ in range(2000):
@@ -98,8 +106,10 @@ class WindowFullTest(WindowCase):
             await asyncio.sleep(5 * MS)
         session = (await call(self.app, "sessions_read", ident=self.session["id"])).json()
         self.assertEqual(session["status"], "error")
-        self.assertIn("window", session["error"])
-        self.assertEqual(self.chats(), [])
+        self.assertIn("after compacting", session["error"])
+        chats = self.chats()
+        self.assertEqual(len(chats), 1)  # the one compaction, never a loop, never the overflow
+        self.assertEqual(chats[0].body["messages"][0]["content"], COMPACTION_INSTRUCTIONS)
 
 
 class GuessedWindowTest(LoopCase):
@@ -107,3 +117,34 @@ class GuessedWindowTest(LoopCase):
         self.model.serve_json("GET", "/v1/models", {"object": "list", "data": [{"id": "scripted-model"}]})
         models = (await call(self.app, "providers_catalog")).json()["models"]
         self.assertEqual([(m["context"], m["contextguessed"]) for m in models], [(32768, True)])
+
+
+class CompactionTest(WindowCase):
+    async def test_a_long_session_compacts_and_goes_on(self):
+        """Eighty small steps in an 8K window: pruning is not enough, the model summarizes once
+        (no tools), the next request starts from the summary with the person's message whole,
+        every request stays under the window, and the run ends idle."""
+        with open(f"{self.project['path']}/big.txt", "w") as handle:
+            handle.write("".join(f"line {n}\n" for n in range(1, 200)))
+        self.model.script(*[reply(f"note {step}", tool_calls=[("read", {"path": "big.txt", "offset": step + 1,
+                                                                         "limit": 1})]) for step in range(80)],
+                          reply("done"))
+        self.app.runs.steps = 200
+        answer = await self.prompt("walk the file one line at a time")
+        self.assertEqual(answer.status, 200, answer.body)
+        for _ in range(6000):
+            if not self.app.runs.is_running(self.session["id"]):
+                break
+            await asyncio.sleep(5 * MS)
+        session = (await call(self.app, "sessions_read", ident=self.session["id"])).json()
+        self.assertEqual(session["status"], "idle", session["error"])
+        chats = self.chats()
+        compactions = [i for i, r in enumerate(chats) if r.body["messages"][0]["content"] == COMPACTION_INSTRUCTIONS]
+        self.assertTrue(compactions, "no compaction happened")
+        self.assertEqual(chats[compactions[0]].body.get("tools") or [], [])
+        after = chats[compactions[0] + 1].body["messages"]
+        self.assertTrue(after[1]["content"].startswith(COMPACTED_INTRO))
+        self.assertEqual(after[2]["content"], "walk the file one line at a time")
+        self.assertLess(max(len(json.dumps(r.body)) / 3.5 for r in chats), 8192)
+        messages = (await call(self.app, "sessions_messages", ident=self.session["id"])).json()["messages"]
+        self.assertTrue(any(m["data"].get("compaction") for m in messages))

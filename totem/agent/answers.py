@@ -38,8 +38,8 @@ class Answers:
         self.recorder = recorder
         self.registry = registry  # () -> the tools, whose names a text tool call may use
 
-    async def stream(self, sessionid: str, model: str, target,
-                     body: dict) -> tuple[list[ToolCall], dict[str, OpenPart]]:
+    async def stream(self, sessionid: str, model: str, target, body: dict,
+                     marks: dict | None = None) -> tuple[list[ToolCall], dict[str, OpenPart]]:
         """Stream one answer into parts; returns its tool calls and the part of each.
 
         Raises ProviderError (a failed or refused answer: its parts are closed as error), and
@@ -95,7 +95,7 @@ class Answers:
             len(call.arguments or "") for call in calls)
         await self.store.finish_message(messageid, usage,
                                         {"started": started, "first": first_token, "finished": now_ms(),
-                                         "tokens": tokens_of(usage, body, written),
+                                         "tokens": tokens_of(usage, body, written), **(marks or {}),
                                          "finish_reason": result.finish_reason if result else None,
                                          **({"reasoning_details": result.reasoning_details}
                                             if result and result.reasoning_details else {})})

@@ -196,6 +196,18 @@ def history_messages(history: list[MessageRow], attachments: dict[str, list[Cont
     history is wrapped again at every step, so results of earlier runs get the new marker too.
     """
     messages = []
+    compacted = max((index for index, message in enumerate(history)
+                     if message["role"] == "assistant" and (message.get("data") or {}).get("compaction")), default=None)
+    if compacted is not None:
+        # Older messages are replaced by the summary; the person's last words before it stay whole.
+        summary = "".join(part["text"] for part in history[compacted]["parts"] if part["kind"] == "text")
+        messages.append({"role": "user", "content": COMPACTED_INTRO + summary})
+        later = history[compacted + 1:]
+        if not any(message["role"] == "user" for message in later):
+            last_user = next((m for m in reversed(history[:compacted]) if m["role"] == "user"), None)
+            if last_user is not None:
+                later = [last_user, *later]
+        history = later
     for message in history:
         if message["role"] == "user":
             messages.append(user_message(message, attachments.get(message["id"], [])))
@@ -275,3 +287,34 @@ def fit_window(messages: list[dict], tools: list[dict], window: int,
     raise ContextFull(f"the conversation needs about {estimated_tokens(fitted, tools)} tokens, more than "
                       f"{budget} of the model's {window}-token window, even with {pruned} old tool outputs "
                       "removed; fork the session from an earlier message or start a new one")
+
+
+COMPACTED_INTRO = ("[The older part of this conversation was compacted to fit the context window. Its summary "
+                   "follows; the messages after it are whole.]\n\n")
+COMPACTION_INSTRUCTIONS = (
+    "Summarize the conversation below so that the work can go on from the summary alone. Keep: the person's "
+    "goal and requests, the decisions made, the files read or changed (with paths), what was found, what is "
+    "done and what is still open. Be concise; no preamble.")
+TRANSCRIPT_OUTPUT_CHARS = 600  # of each tool output, in the transcript to summarize
+
+
+def compaction_messages(messages: list[dict], window: int) -> list[dict]:
+    """The request that asks the model for a summary of `messages` (the system message left
+    out), as a transcript cut to fit half the window (its newest part kept)."""
+    lines = []
+    for message in messages[1:]:
+        role = message.get("role")
+        content = message.get("content")
+        if isinstance(content, list):
+            content = " ".join(item.get("text", "[image]") for item in content if isinstance(item, dict))
+        content = content or ""
+        if role == "tool":
+            content = content[:TRANSCRIPT_OUTPUT_CHARS] + ("…" if len(content) > TRANSCRIPT_OUTPUT_CHARS else "")
+        for call in message.get("tool_calls") or ():
+            content += f"\n[calls {call['function']['name']} {call['function']['arguments'][:300]}]"
+        lines.append(f"{role}: {content}")
+    transcript = "\n\n".join(lines)
+    room = int(window * WINDOW_SHARE * CHARS_PER_TOKEN / 2)
+    if len(transcript) > room:
+        transcript = "[…the oldest part is left out…]\n" + transcript[-room:]
+    return [{"role": "system", "content": COMPACTION_INSTRUCTIONS}, {"role": "user", "content": transcript}]

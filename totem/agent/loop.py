@@ -26,7 +26,16 @@ from ..vault import Scrubber
 from . import turns
 from .answers import Answers
 from .calls import ToolCalls
-from .context import ContextFull, RunAttachments, fit_window, history_messages, load_prompt, new_marker, system_message
+from .context import (
+    ContextFull,
+    RunAttachments,
+    compaction_messages,
+    fit_window,
+    history_messages,
+    load_prompt,
+    new_marker,
+    system_message,
+)
 from .gate import Asker, PermissionGate
 from .provider_errors import ProviderError
 from .providers import redact
@@ -286,21 +295,41 @@ class Runs:
                 await asyncio.sleep(delay)
 
     async def _request_body(self, run: _Run, target) -> dict:
-        history = await self.store.session_history(run.session["id"])
-        attachments = await run.attachments.by_message(self.store, history, run.marker)
-        messages = ([await system_message(self.system_template, run.asker.root, run.marker)]
-                    + history_messages(history, attachments, run.marker))
         tools = self.registry.specs()
         window = target.context or target.kind.default_context
+        messages = await self._messages(run)
         try:
             messages, pruned = fit_window(messages, tools, window, known=bool(target.context))
-        except ContextFull as exc:
-            raise ProviderError(str(exc), retry=False) from None
+        except ContextFull:
+            # Pruning was not enough: the model summarizes the conversation once, and the
+            # request is built again from the summary; still too big ends the run, never a loop.
+            await self._compact(run, target, messages, window)
+            try:
+                messages, pruned = fit_window(await self._messages(run), tools, window, known=True)
+            except ContextFull as exc:
+                raise ProviderError(f"{exc} (after compacting the conversation)", retry=False) from None
         run.pruned = pruned
         body = target.kind.request_body(target, messages, tools, run.prompt.reasoning)
         if run.limits.get("temperature") is not None:
             target.kind.set_temperature(body, run.limits["temperature"])
         return body
+
+
+    async def _messages(self, run: _Run) -> list[dict]:
+        history = await self.store.session_history(run.session["id"])
+        attachments = await run.attachments.by_message(self.store, history, run.marker)
+        return ([await system_message(self.system_template, run.asker.root, run.marker)]
+                + history_messages(history, attachments, run.marker))
+
+    async def _compact(self, run: _Run, target, messages: list[dict], window: int) -> None:
+        """A summary of the conversation by the session's model, without tools, stored as an
+        assistant message marked `compaction` that the person reads like any answer."""
+        body = target.kind.request_body(target, compaction_messages(messages, window), [], None)
+        _calls, parts = await self.answers.stream(run.session["id"], run.prompt.model, target, body,
+                                                  {"compaction": True})
+        for open_part in parts.values():  # a model that calls a tool anyway: nothing runs
+            open_part.data["error"] = "no tools while compacting"
+            await self.recorder.close(open_part, "error")
 
 
 def _canonical(arguments: str) -> str:
