@@ -321,6 +321,22 @@ class Sessions:
         self.hub.publish(SessionUpdated(row["id"], session_view(row)))
         return self.view(row)
 
+    async def compact(self, sessionid: str) -> str:
+        """Summarize the conversation now (the session's model, no tools); the summary replaces
+        the older messages in what the model is sent next. Raises NotFound, BadRequest (no
+        model, nothing to summarize, or running)."""
+        session = await self.get(sessionid)
+        if not session["model"]:
+            raise BadRequest(("model", "the session has no model yet; send a prompt first"))
+        if not await self.store.count_messages(session["id"]):
+            raise BadRequest(("session", "there is nothing to compact yet"))
+        project = await self.store.get_project(session["projectid"])
+        try:
+            await self.runs.start_compaction(dict(session), project, session["model"])
+        except RunRefused as exc:
+            raise BadRequest(("session", str(exc))) from None
+        return session["id"]
+
     async def abort(self, sessionid: str) -> str:
         """Stop the run of a session (the questions that wait in it end rejected); returns the id.
         Raises NotFound, BadRequest when nothing runs."""

@@ -60,6 +60,7 @@ def test_a_request_that_cannot_fit_says_so():
 class WindowCase(LoopCase):
     async def asyncSetUp(self):
         await super().asyncSetUp()
+        await self.ws.close()  # these tests read the store and the model's requests, not the events
         self.model.serve_json("GET", "/v1/models", {"object": "list", "data": [
             {"id": "scripted-model", "object": "model", "context_length": 8192}]})
         answer = await call(self.app, "providers_catalog")  # lists the models: their windows are known
@@ -148,3 +149,27 @@ class CompactionTest(WindowCase):
         self.assertLess(max(len(json.dumps(r.body)) / 3.5 for r in chats), 8192)
         messages = (await call(self.app, "sessions_messages", ident=self.session["id"])).json()["messages"]
         self.assertTrue(any(m["data"].get("compaction") for m in messages))
+
+    async def test_the_person_asks_for_a_compaction(self):
+        """Sessions|compact summarizes now; the next prompt is sent from the summary."""
+        fresh = await call(self.app, "sessions_compact", {}, ident=self.session["id"])
+        self.assertEqual(fresh.status, 400)  # nothing to summarize yet
+        self.model.script(reply("first answer"), reply("the summary of it all"), reply("after"))
+        await self.prompt("hello there")
+        await self.wait_idle()
+        answer = await call(self.app, "sessions_compact", {}, ident=self.session["id"])
+        self.assertEqual(answer.status, 200, answer.body)
+        await self.wait_idle()
+        await self.prompt("and now?")
+        await self.wait_idle()
+        chats = self.chats()
+        self.assertEqual(chats[1].body["messages"][0]["content"], COMPACTION_INSTRUCTIONS)
+        last = chats[2].body["messages"]
+        self.assertEqual(last[1]["content"], COMPACTED_INTRO + "the summary of it all")
+        self.assertEqual(last[-1]["content"], "and now?")
+
+    async def wait_idle(self):
+        for _ in range(2000):
+            await asyncio.sleep(5 * MS)
+            if not self.app.runs.is_running(self.session["id"]):
+                return

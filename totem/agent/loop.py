@@ -74,6 +74,7 @@ class _Run:
     pruned: int = 0  # old tool outputs left out of the last request to fit the window
     # Prompts sent while this run goes on, each run after it in turn: (message id, prompt, limits).
     queue: list[tuple[str, Prompt, dict]] = field(default_factory=list)
+    compact_only: bool = False  # the person asked for a compaction: the run is that one step
 
 
 class Runs:
@@ -162,6 +163,18 @@ class Runs:
             raise
         run.task = asyncio.create_task(self._run(run), name=f"run {sessionid}")
         return messageid
+
+    async def start_compaction(self, session: dict, project: dict, model: str) -> None:
+        """The person asks for a summary now: a run of one step, the compaction, in the
+        session's status like any run. Raises RunRefused while the session runs."""
+        sessionid = session["id"]
+        if sessionid in self._runs:
+            raise RunRefused("the session is running; wait for it to finish or abort it")
+        prompt = Prompt(text="", model=model, mode=session.get("mode") or "build")
+        asker = Asker(sessionid, project["id"], real_root(session.get("worktree") or project["path"]), prompt.mode)
+        run = _Run(session, project, prompt, asker, compact_only=True)
+        self._runs[sessionid] = run
+        run.task = asyncio.create_task(self._run(run), name=f"compaction {sessionid}")
 
     def open_parts(self, sessionid: str) -> list[PartRow]:
         """The parts of a session's run that are still open, each with its text so far."""
@@ -255,6 +268,9 @@ class Runs:
     async def _steps(self, run: _Run) -> str:
         target = await self.providers.target(run.prompt.model)
         run.key = target.key
+        if run.compact_only:
+            await self._compact(run, target, await self._messages(run), target.context or target.kind.default_context)
+            return "idle"
         repeats: list[str] = []
         steps = run.limits.get("steps") or self.steps
         for _step in range(steps):

@@ -197,6 +197,12 @@ async def unqueue_prompt(ctx):
     return success(await ctx.services.sessions.unqueue(ctx.id, messageid))
 
 
+async def compact_session(ctx):
+    await require_session(ctx)
+    ctx.params(()).done()
+    return success(await ctx.services.sessions.compact(ctx.id))
+
+
 async def abort_session(ctx):
     return success(await ctx.services.sessions.abort(ctx.id))
 
@@ -302,6 +308,7 @@ ACTIONS = (
     Action("sessions_prompt", "Sessions|prompt", prompt_session, changes=True, takes_id=True, mcp=True),
     Action("sessions_abort", "Sessions|abort", abort_session, changes=True, takes_id=True, mcp=True),
     Action("sessions_unqueue", "Sessions|unqueue", unqueue_prompt, changes=True, takes_id=True),
+    Action("sessions_compact", "Sessions|compact", compact_session, changes=True, takes_id=True),
     Action("questions_reply", "Questions|reply", reply_question, changes=True, takes_id=True),
     Action("sessions_todos", "Sessions|todos", list_todos, takes_id=True),
     Action("sessions_jobs", "Sessions|jobs", list_jobs, takes_id=True),
