@@ -5,13 +5,13 @@
 // reloads the stored state (sessions, the open conversation) and only then subscribes again.
 import { EVENTS } from '/events.js';
 import { api } from '/api.js';
-import { h, byId, toast } from '/dom.js';
+import { h, byId, toast, confirmAction, plural } from '/dom.js';
 import { Socket } from '/socket.js';
 import { Conversation } from '/conversation.js';
 import { Composer } from '/composer.js';
 import { Questions } from '/questions.js';
 import { renderProjects, renderSessions, FolderBrowser, WorktreeForm, forgetProject } from '/sidebar.js';
-import { renderTodos, GitPanel, FileTree, ChangesPanel } from '/panels.js';
+import { renderTodos, GitPanel, FileTree, ChangesPanel, JobsPanel } from '/panels.js';
 import { ProvidersDialog, RulesDialog, SettingsDialog } from '/settings.js';
 import { TerminalPanel } from '/terminal.js';
 import { SchedulesDialog } from '/schedules.js';
@@ -40,8 +40,10 @@ let changesTimer = 0;
 
 const conversation = new Conversation(byId('conversation'), {
   onLoadEarlier: loadEarlier, onUndo: (messageid) => undo(messageid), onFork: fork, onOpenChange: openChange,
+  jump: byId('jump-latest'),
 });
 const changes = new ChangesPanel();
+const jobs = new JobsPanel();
 const questions = new Questions(byId('questions'), { onChange: () => { paintSessions(); paintTitle(); } });
 const composer = new Composer({ onSend: sendPrompt, onAbort: abort, onNewSession: newSession });
 const tree = new FileTree({ onPick: (path) => composer.insert(path) });
@@ -73,6 +75,9 @@ function paintSessions() {
 
 function paintTitle() {
   const waiting = questions.total();
+  const mark = byId('toggle-side-waiting'); // the Sessions toggle says it too, on a phone
+  mark.hidden = !waiting;
+  mark.textContent = waiting ? `? ${waiting}` : '';
   document.title = `${waiting ? `(${waiting}) ` : ''}${state.session ? `${state.session.name} · ` : ''}Totem`;
 }
 
@@ -81,6 +86,7 @@ function paintSession() {
   byId('welcome').hidden = !!project;
   byId('sessions-section').hidden = !project;
   byId('panels').hidden = !project;
+  byId('toggle-panels').hidden = !project;
   byId('composer').hidden = !project;
   byId('open-rules').disabled = !project;
   byId('open-schedules').disabled = !project;
@@ -242,6 +248,7 @@ function showEmptySession() {
   terminal.attach(null);
   conversation.reset();
   changes.reset(null);
+  jobs.show(null);
   clearNotice();
   questions.show(null);
   renderTodos([]);
@@ -261,6 +268,7 @@ async function selectSession(chosen) {
     byId('session-branch').hidden = true; // until its git state is read
   }
   state.session = session;
+  jobs.show(session.id);
   terminal.attach(session.id);
   paintSessions();
   paintSession();
@@ -269,7 +277,7 @@ async function selectSession(chosen) {
   remember();
   paintGit();
   await loadConversation();
-  composer.focus();
+  if (state.session?.id === session.id && !questions.focus()) composer.focus(); // a waiting question first
 }
 
 // The shown session is usually subscribed already while its stored state is read, so events
@@ -359,7 +367,27 @@ async function rename(session, name) {
   paintSession();
 }
 
+// Asked first, in the page's dialog; a session that still runs a job, or whose file changes are
+// still on disk, says so in the question.
 async function removeSession(session) {
+  const [jobs, diff] = await Promise.all([
+    api('sessions_jobs', { id: session.id }).catch(() => []),
+    api('sessions_diff', { id: session.id }).catch(() => []),
+  ]);
+  const running = jobs.filter((job) => job.status === 'running').length;
+  const busy = [
+    session.status === 'running' ? 'it is running now' : '',
+    running ? `${plural(running, 'background job')} still running (stopped with it)` : '',
+    diff.length ? `it changed ${plural(diff.length, 'file')} (the files stay as they are now)` : '',
+  ].filter(Boolean);
+  const confirmed = await confirmAction({
+    title: 'Remove this session?',
+    question: `Remove “${session.name}”${busy.length ? `: ${busy.join('; ')}` : ''}?`,
+    details: [h('p', null, 'Its conversation is deleted; this cannot be undone.'),
+      diff.length ? h('ul', { className: 'confirm-files' }, diff.slice(0, 20).map((file) => h('li', null, h('code', null, file.path)))) : null],
+    action: 'Remove', danger: true,
+  });
+  if (!confirmed) return;
   try {
     await api('sessions_remove', { id: session.id, post: true });
   } catch (error) {
@@ -380,7 +408,12 @@ function dropSession(sessionid) {
 }
 
 async function forget(project) {
-  if (!await forgetProject(project)) return;
+  const confirmed = await confirmAction({
+    title: 'Forget this project?', question: `Forget “${project.name}”?`,
+    details: [h('p', null, 'Its sessions and their conversations are deleted; the folder ', h('code', null, project.path), ' stays as it is.')],
+    action: 'Forget', danger: true,
+  });
+  if (!confirmed || !await forgetProject(project)) return;
   state.projects = state.projects.filter((p) => p.id !== project.id);
   if (state.project?.id === project.id) {
     socket.unsubscribeAll();
@@ -489,6 +522,7 @@ async function sendPrompt(body) {
     await newSession(body);
     return;
   }
+  conversation.follow(); // your message, and the answer after it, in view
   try {
     await api('sessions_prompt', { id: state.session.id, body });
     localStorage.setItem('totem.model', body.model);
@@ -534,6 +568,7 @@ function onEvent(event) {
       paintSession();
       if (data.status === 'running') clearNotice();
       else {
+        jobs.load();
         refreshFiles();
         if (conversation.stale) loadConversation();
       }
@@ -578,6 +613,7 @@ function onEvent(event) {
 }
 
 function applyToConversation({ type, data }) {
+  if ((type === EVENTS.PART_UPDATED || type === EVENTS.PART_CREATED) && data.part?.data?.background) jobs.load(); // a job started
   switch (type) {
     case EVENTS.MESSAGE_CREATED: conversation.addMessage(data.message); break;
     case EVENTS.PART_CREATED: conversation.addPart(data.part); break;
@@ -677,9 +713,32 @@ async function resync(reconnected) {
   }
 }
 
+// -- drawers (narrow screens) ----------------------------------------------------------------
+
+// Under 1000px the right column is a drawer, under 700px the left one too: each opens from its
+// toggle in the top bar and closes from it again, with Escape, or (the left one) once a session
+// or project is chosen. On a wide screen the toggles are not shown and the classes do nothing.
+function setDrawer(name, open) {
+  const other = name === 'side' ? 'panels' : 'side';
+  if (open) setDrawer(other, false);
+  document.body.classList.toggle(`show-${name}`, open);
+  byId(`toggle-${name}`).setAttribute('aria-expanded', String(open));
+}
+byId('toggle-side').addEventListener('click', () => setDrawer('side', !document.body.classList.contains('show-side')));
+byId('toggle-panels').addEventListener('click', () => setDrawer('panels', !document.body.classList.contains('show-panels')));
+byId('side').addEventListener('click', (event) => {
+  if (event.target.closest('#sessions li:not(.more), #projects li') && !event.target.closest('button, input')) setDrawer('side', false);
+}, { capture: true }); // before the row's own handler repaints the list
+
 // -- keyboard and buttons --------------------------------------------------------------------
 
 document.addEventListener('keydown', (event) => {
+  const drawer = document.body.classList.contains('show-side') ? 'side' : document.body.classList.contains('show-panels') ? 'panels' : null;
+  if (event.key === 'Escape' && drawer && !document.querySelector('dialog[open]')) {
+    event.preventDefault();
+    setDrawer(drawer, false);
+    return;
+  }
   if (event.key === 'Escape' && !document.querySelector('dialog[open]') && state.session?.status === 'running'
       && !event.target.closest?.('#terminal-panel')) { // Escape in the terminal is the shell's
     event.preventDefault();

@@ -21,7 +21,8 @@ const STATUS_WORDS = {
 
 export class Conversation {
   // onUndo(messageid), onFork(messageid), onOpenChange(path): the actions of messages and tools.
-  constructor(root, { onLoadEarlier, onUndo, onFork, onOpenChange }) {
+  // jump: the "Jump to latest" button, shown while a run goes on and the view is scrolled up.
+  constructor(root, { onLoadEarlier, onUndo, onFork, onOpenChange, jump }) {
     this.root = root;
     this.actions = { onUndo, onFork, onOpenChange };
     this.list = h('div', { className: 'messages' });
@@ -31,8 +32,18 @@ export class Conversation {
     this.errors = h('div', { className: 'run-errors' });
     root.replaceChildren(this.earlier, this.list, this.errors, this.working);
     this.stuck = true;
+    this.running = false;
+    this.jump = jump ?? null;
+    this.jump?.addEventListener('click', () => this.follow());
+    this.autoTop = 0; // where scrollToBottom put the view last
+    // Messages drawn late (content-visibility, images) grow the list after a scroll: follow them.
+    new ResizeObserver(() => this.keepBottom()).observe(this.list);
     root.addEventListener('scroll', () => {
-      this.stuck = root.scrollTop + root.clientHeight >= root.scrollHeight - STICK_PX;
+      // Content added between our own scroll and its event leaves the view above the bottom:
+      // it still follows unless the person scrolled up from where we put it.
+      const bottom = root.scrollTop + root.clientHeight >= root.scrollHeight - STICK_PX;
+      this.stuck = bottom || (this.stuck && root.scrollTop >= this.autoTop - 2);
+      this.paintJump();
     }, { passive: true });
     this.reset();
   }
@@ -73,8 +84,21 @@ export class Conversation {
     this.root.scrollTop += this.root.scrollHeight - before;
   }
 
+  // Back to the newest output, and staying there as it grows (a prompt sent, the jump button).
+  follow() {
+    this.stuck = true;
+    this.scrollToBottom();
+    this.paintJump();
+  }
+
+  paintJump() {
+    if (this.jump) this.jump.hidden = this.stuck || !this.running;
+  }
+
   setRunning(running) {
     if (running && this.working.hidden) this.errors.replaceChildren(); // a new run starts clean
+    this.running = running;
+    this.paintJump();
     this.working.hidden = !running;
     this.root.classList.toggle('running', running); // nothing is undone while a run goes on
   }
@@ -196,6 +220,7 @@ export class Conversation {
 
   scrollToBottom() {
     this.root.scrollTop = this.root.scrollHeight;
+    this.autoTop = this.root.scrollTop;
   }
 
   // -- rendering ------------------------------------------------------------------------------

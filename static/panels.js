@@ -445,3 +445,92 @@ export class FileTree {
     return row;
   }
 }
+
+// The Jobs panel: the shown session's background commands (bash with `background`), each with
+// its status, the tail of its output and, while it runs, Stop. Read when the session is shown,
+// when one of its tool calls starts a job, and every JOBS_POLL_MS while one of them runs. A
+// refused Stop (Plan mode: nothing is run or stopped) shows the server's reason.
+const JOBS_POLL_MS = 1500;
+const JOB_TAIL_CHARS = 2000;
+
+export class JobsPanel {
+  constructor() {
+    this.list = byId('jobs');
+    this.sessionid = null;
+    this.jobs = [];
+    this.timer = 0;
+    this.reading = 0;
+    byId('jobs-refresh').addEventListener('click', () => this.load());
+    this.paint();
+  }
+
+  show(sessionid) {
+    if (sessionid !== this.sessionid) {
+      this.jobs = [];
+      this.error('');
+    }
+    this.sessionid = sessionid;
+    this.load();
+  }
+
+  async load() {
+    clearTimeout(this.timer);
+    const sessionid = this.sessionid;
+    const reading = ++this.reading;
+    if (!sessionid) {
+      this.jobs = [];
+      this.paint();
+      return;
+    }
+    let jobs;
+    try {
+      jobs = await api('sessions_jobs', { id: sessionid });
+    } catch (error) {
+      if (reading === this.reading && error.status !== 404) this.error(error.message);
+      return;
+    }
+    if (reading !== this.reading) return;
+    this.jobs = jobs;
+    this.paint();
+    if (jobs.some((job) => job.status === 'running')) this.timer = setTimeout(() => this.load(), JOBS_POLL_MS);
+  }
+
+  error(text) {
+    byId('jobs-error').textContent = text;
+    byId('jobs-error').hidden = !text;
+  }
+
+  paint() {
+    const running = this.jobs.filter((job) => job.status === 'running').length;
+    byId('jobs-count').textContent = running ? String(running) : '';
+    this.list.replaceChildren(...this.jobs.map((job) => {
+      const output = job.output || '';
+      const tail = output.length > JOB_TAIL_CHARS ? `…${output.slice(-JOB_TAIL_CHARS)}` : output;
+      const pre = h('pre', { className: 'job-output' }, tail);
+      const item = h('li', { className: `job ${job.status}`, dataset: { id: job.id, status: job.status } },
+        h('div', { className: 'job-head' },
+          h('span', { className: `badge status-${job.status}` },
+            job.status === 'failed' && job.exit_code !== null ? `failed (${job.exit_code})` : job.status),
+          h('code', { className: 'job-command', title: job.command }, job.command),
+          job.status === 'running' ? h('button', { type: 'button', className: 'small danger job-stop',
+            title: 'Stop this job (its whole process group)', onclick: (event) => this.stop(job, event.currentTarget) }, 'Stop') : null),
+        pre);
+      queueMicrotask(() => { pre.scrollTop = pre.scrollHeight; }); // the newest output in view
+      return item;
+    }));
+    if (!this.jobs.length) this.list.append(h('li', { className: 'empty' }, 'No background jobs'));
+  }
+
+  async stop(job, button) {
+    button.disabled = true;
+    this.error('');
+    try {
+      await api('sessions_jobstop', { id: this.sessionid, body: { job: job.id } });
+    } catch (error) {
+      button.disabled = false;
+      this.error(`Stop: ${error.message}`);
+      return;
+    }
+    this.load();
+  }
+}

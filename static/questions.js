@@ -37,8 +37,21 @@ export class Questions {
     const cards = this.waiting.get(sessionid) ?? new Map();
     this.waiting.set(sessionid, cards);
     if (cards.has(id)) return; // sent again on subscribe
-    cards.set(id, build());
+    const card = build();
+    cards.set(id, card);
     this.changed(sessionid);
+    // A new question on screen takes the focus, so that its keys answer it (not in a dialog).
+    if (sessionid === this.current && card.isConnected && !document.querySelector('dialog[open]')) {
+      card.focus({ preventScroll: true });
+      card.scrollIntoView({ block: 'nearest' });
+    }
+  }
+
+  // The first card on screen takes the focus (when a session with a waiting question is opened).
+  focus() {
+    const card = this.root.querySelector('.ask');
+    if (card && !document.querySelector('dialog[open]')) card.focus({ preventScroll: true });
+    return !!card;
   }
 
   remove(sessionid, id) {
@@ -87,7 +100,8 @@ export class Questions {
     const groups = commands.map((item, group) => this.patternChoices(data.id, group, item, commands.length > 1));
     const bash = data.tool === 'bash';
     const description = bash && typeof data.input?.description === 'string' ? data.input.description : '';
-    const card = h('section', { className: 'ask permission', dataset: { session: data.sessionid ?? '', id: data.id } },
+    const card = h('section', { className: 'ask permission', tabIndex: -1, dataset: { session: data.sessionid ?? '', id: data.id },
+      'aria-label': `Permission question: allow ${data.tool}?`, 'aria-keyshortcuts': 'Enter Y A N Escape' },
       h('header', null, 'Allow ', h('strong', { className: 'ask-tool' }, data.tool), '?'),
       description ? h('p', { className: 'ask-description' }, reveal(description)) : null,
       data.reason ? h('p', { className: 'ask-reason' }, reveal(data.reason)) : null,
@@ -96,15 +110,26 @@ export class Questions {
       h('div', { className: 'label' }, commands.length > 1 ? 'Always allow, for each command:' : 'Always allow this pattern:'),
       groups.map((choices) => choices.element),
       h('div', { className: 'actions' },
-        h('button', { type: 'button', className: 'primary', dataset: { reply: 'once' },
-          onclick: () => this.answer(card, 'permissions_reply', data.id, { reply: 'once' }) }, 'Allow once'),
-        h('button', { type: 'button', dataset: { reply: 'always' }, onclick: () => {
-          const patterns = groups.map((choices) => choices.chosen());
-          if (patterns.some((pattern) => !pattern)) { toast('Choose or type a pattern to always allow'); return; }
-          this.answer(card, 'permissions_reply', data.id, { reply: 'always', patterns });
-        } }, 'Always allow'),
-        h('button', { type: 'button', className: 'danger', dataset: { reply: 'reject' },
-          onclick: () => this.answer(card, 'permissions_reply', data.id, { reply: 'reject' }) }, 'Reject')));
+        h('button', { type: 'button', className: 'primary', dataset: { reply: 'once' }, 'aria-keyshortcuts': 'Enter Y',
+          onclick: () => once() }, 'Allow once', key('Enter/Y')),
+        h('button', { type: 'button', dataset: { reply: 'always' }, 'aria-keyshortcuts': 'A', onclick: () => always() },
+          'Always allow', key('A')),
+        h('button', { type: 'button', className: 'danger', dataset: { reply: 'reject' }, 'aria-keyshortcuts': 'N Escape',
+          onclick: () => reject() }, 'Reject', key('N/Esc'))));
+    const once = () => this.answer(card, 'permissions_reply', data.id, { reply: 'once' });
+    const reject = () => this.answer(card, 'permissions_reply', data.id, { reply: 'reject' });
+    const always = () => {
+      const patterns = groups.map((choices) => choices.chosen());
+      if (patterns.some((pattern) => !pattern)) { toast('Choose or type a pattern to always allow'); return; }
+      this.answer(card, 'permissions_reply', data.id, { reply: 'always', patterns });
+    };
+    onKeys(card, (event) => {
+      const k = event.key.length === 1 ? event.key.toLowerCase() : event.key;
+      if (k === 'Enter' || k === 'y') return once;
+      if (k === 'a') return always;
+      if (k === 'n' || k === 'Escape') return reject;
+      return null;
+    });
     return card;
   }
 
@@ -129,17 +154,46 @@ export class Questions {
 
   questionCard(data) {
     const other = h('input', { type: 'text', placeholder: 'Your answer', 'aria-label': 'Your answer' });
-    const card = h('section', { className: 'ask question', dataset: { session: data.sessionid ?? '', id: data.id } },
+    const options = data.options || [];
+    const pick = (option) => () => this.answer(card, 'questions_reply', data.id, { answer: option });
+    const card = h('section', { className: 'ask question', tabIndex: -1, dataset: { session: data.sessionid ?? '', id: data.id },
+      'aria-label': 'Question', 'aria-keyshortcuts': options.length ? `1-${Math.min(options.length, 9)}` : null },
       h('header', null, h('strong', null, 'Question')),
       h('p', { className: 'ask-text' }, data.text),
-      h('div', { className: 'actions' }, (data.options || []).map((option) => h('button', { type: 'button',
-        className: 'option', onclick: () => this.answer(card, 'questions_reply', data.id, { answer: option }) }, option))),
+      h('div', { className: 'actions' }, options.map((option, index) => h('button', { type: 'button',
+        className: 'option', 'aria-keyshortcuts': index < 9 ? String(index + 1) : null, onclick: pick(option) },
+      option, index < 9 ? key(String(index + 1)) : null))),
       h('form', { className: 'other', onsubmit: (event) => {
         event.preventDefault();
         if (other.value.trim()) this.answer(card, 'questions_reply', data.id, { answer: other.value.trim() });
       } }, other, h('button', { type: 'submit' }, 'Answer')));
+    onKeys(card, (event) => {
+      const digit = /^[1-9]$/.test(event.key) ? Number(event.key) : 0;
+      return digit && digit <= options.length ? pick(options[digit - 1]) : null;
+    });
     return card;
   }
+}
+
+// A key's hint on a button; hidden from the button's name (aria-keyshortcuts says it).
+function key(text) {
+  return h('kbd', { 'aria-hidden': 'true' }, text);
+}
+
+// The card's keys answer it while the focus is on the card itself or one of its choices (never
+// while typing a pattern or an answer, nor Enter on one of its buttons, which presses that one).
+function onKeys(card, action) {
+  card.addEventListener('keydown', (event) => {
+    if (event.ctrlKey || event.metaKey || event.altKey || event.isComposing) return;
+    const target = event.target;
+    const onCard = target === card || (target.matches?.('input[type=radio]') ?? false);
+    if (!onCard || card.querySelector('button:disabled')) return;
+    const answer = action(event);
+    if (!answer) return;
+    event.preventDefault();
+    event.stopPropagation(); // Escape here rejects the question, it does not stop the run
+    answer();
+  });
 }
 
 // A file tool's call shows what it would change (write, edit, patch: the preview), its raw

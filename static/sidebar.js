@@ -1,7 +1,7 @@
 // The left column: projects (with the folder browser that opens one) and the sessions of the
 // open project, with their live status and a mark where a question waits.
 import { api } from '/api.js';
-import { h, byId, confirmButton, pressable, toast } from '/dom.js';
+import { h, byId, pressable, toast } from '/dom.js';
 
 export function renderProjects(projects, current, { onSelect, onForget }) {
   byId('projects').replaceChildren(...projects.map((project) => h('li', {
@@ -10,7 +10,8 @@ export function renderProjects(projects, current, { onSelect, onForget }) {
   },
   h('span', { className: 'name' }, project.name),
   h('span', { className: 'actions' },
-    confirmButton('×', 'Forget?', () => onForget(project), { className: 'icon', title: 'Forget this project (the folder stays)' })))));
+    h('button', { type: 'button', className: 'icon forget', title: 'Forget this project (the folder stays)',
+      'aria-label': 'Forget this project', onclick: (event) => { event.stopPropagation(); onForget(project); } }, '×')))));
   if (!projects.length) byId('projects').append(h('li', { className: 'empty' }, 'No project yet'));
 }
 
@@ -34,7 +35,8 @@ export function renderSessions(sessions, current, questions, { onSelect, onRenam
     h('span', { className: 'actions' },
       h('button', { type: 'button', className: 'icon', title: 'Rename', 'aria-label': 'Rename',
         onclick: (event) => { event.stopPropagation(); startRename(name, session, onRename); } }, '✎'),
-      confirmButton('×', 'Remove?', () => onRemove(session), { className: 'icon', title: 'Remove this session' })));
+      h('button', { type: 'button', className: 'icon remove', title: 'Remove this session', 'aria-label': 'Remove this session',
+        onclick: (event) => { event.stopPropagation(); onRemove(session); } }, '×')));
     name.addEventListener('dblclick', (event) => { event.stopPropagation(); startRename(name, session, onRename); });
     return item;
   }));

@@ -228,8 +228,8 @@ def test_question_in_another_session_and_todos(live, page):
     expect(page.locator("#sessions li")).to_have_count(3)
     expect(page.locator("#session-title")).to_have_text("New session")
     fresh = page.locator("#sessions li.active")
-    fresh.get_by_role("button", name="×").click()
-    fresh.get_by_role("button", name="Remove?").click()
+    fresh.get_by_role("button", name="Remove this session").click()
+    page.locator("#confirm-ok").click()  # asked in the page's dialog
     expect(page.locator("#sessions li")).to_have_count(2)
 
 
@@ -495,8 +495,8 @@ def test_attachments_and_keyboard(live, page):
 
     # Forget the project: gone from the list, its folder stays.
     row = page.locator("#projects li.active")
-    row.get_by_role("button", name="×").click()
-    row.get_by_role("button", name="Forget?").click()
+    row.get_by_role("button", name="Forget this project").click()
+    page.locator("#confirm-ok").click()  # asked in the page's dialog
     expect(page.locator("#projects li", has_text="attach")).to_have_count(0)
     expect(page.locator("#welcome")).to_be_visible()
     assert project["id"] not in [p["id"] for p in live.api("projects")]

@@ -1,0 +1,286 @@
+"""The screens at any width, visible confirmations, questions at a glance, the Jobs panel,
+following a run and usage: in Debian's Chromium against the real server and the scripted model."""
+
+import os
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.model_server import Stall, reply, text_chunks
+from tests.ui.harness import CHROMIUM, shot
+
+pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),
+                                reason=f"the browser tests need Debian's Chromium at {CHROMIUM}")
+
+PHONE = {"width": 390, "height": 844}
+LAPTOP = {"width": 1280, "height": 800}
+LONG_COMMAND = "\n".join(f"echo line {n} && true" for n in range(40))
+
+
+def open_session(page, project, session):
+    page.goto(f"/#/{project['id']}/{session['id']}")
+    expect(page.locator("#session-title")).to_have_text(session["name"])
+    expect(page.locator("#connection")).to_have_attribute("data-state", "open")
+
+
+def send(page, text):
+    page.fill("#prompt", text)
+    page.press("#prompt", "Enter")
+
+
+def in_viewport(page, locator):
+    """The element is laid out wholly inside the viewport (not cut, not scrolled away)."""
+    box = locator.bounding_box()
+    size = page.viewport_size
+    assert box is not None, "not laid out"
+    assert box["x"] >= 0 and box["y"] >= 0, box
+    assert box["x"] + box["width"] <= size["width"] + 0.5, (box, size)
+    assert box["y"] + box["height"] <= size["height"] + 0.5, (box, size)
+
+
+def ask_bash(live, page, project, session, command=LONG_COMMAND, description="Print many lines"):
+    live.model.script(reply(tool_calls=[("bash", {"command": command, "description": description})]),
+                      reply("Done."))
+    live.prompt(session, "Run it")
+    card = page.locator(".ask.permission")
+    expect(card).to_be_visible()
+    return card
+
+
+@pytest.mark.parametrize("viewport", [PHONE, LAPTOP], ids=["phone", "laptop"])
+def test_question_buttons_in_view_and_panels_reachable(live, page, viewport):
+    """A long permission question keeps its buttons inside the viewport and clickable; the left and
+    right columns are reachable (drawers with a toggle on a phone, columns on a laptop)."""
+    page.set_viewport_size(viewport)
+    project = live.project(f"widths-{viewport['width']}", {"a.txt": "x\n"})
+    session = live.session(project, "Widths")
+    open_session(page, project, session)
+    card = ask_bash(live, page, project, session)
+    for name in ("Allow once", "Always allow", "Reject"):
+        in_viewport(page, card.get_by_role("button", name=re.compile(name)))
+    card_box = card.bounding_box()
+    if viewport is PHONE:
+        assert card_box["width"] >= viewport["width"] - 30, card_box  # the card takes the width
+        conversation = page.locator("#conversation").bounding_box()
+        assert conversation["width"] >= viewport["width"] - 2, conversation
+        expect(page.locator("#side")).to_be_hidden()
+        expect(page.locator("#panels")).to_be_hidden()
+    shot(page, f"screens-question-{viewport['width']}.png")
+    card.get_by_role("button", name=re.compile("Allow once")).click()
+    expect(page.locator(".ask.permission")).to_have_count(0)
+    expect(page.locator(".msg.assistant .md").last).to_have_text("Done.")
+
+    if viewport is PHONE:
+        page.click("#toggle-side")
+        expect(page.locator("#side")).to_be_visible()
+        in_viewport(page, page.locator(f"#sessions li[data-id='{session['id']}']"))
+        page.click("#toggle-panels")  # one drawer at a time
+        expect(page.locator("#side")).to_be_hidden()
+        expect(page.locator("#panels")).to_be_visible()
+        expect(page.locator("#toggle-panels")).to_have_attribute("aria-expanded", "true")
+        in_viewport(page, page.locator("#jobs-section .section-head"))
+        shot(page, "screens-panels-phone.png")
+        page.keyboard.press("Escape")
+        expect(page.locator("#panels")).to_be_hidden()
+        page.click("#toggle-side")
+        page.locator(f"#sessions li[data-id='{session['id']}'] .name").click()  # choosing closes it
+        expect(page.locator("#side")).to_be_hidden()
+    else:
+        expect(page.locator("#side")).to_be_visible()
+        expect(page.locator("#panels")).to_be_visible()
+        expect(page.locator("#toggle-side")).to_be_hidden()
+        expect(page.locator("#toggle-panels")).to_be_hidden()
+        page.set_viewport_size({"width": 900, "height": 800})  # under 1000px: a drawer, still reachable
+        expect(page.locator("#panels")).to_be_hidden()
+        expect(page.locator("#side")).to_be_visible()
+        page.click("#toggle-panels")
+        expect(page.locator("#panels")).to_be_visible()
+        in_viewport(page, page.locator("#git-refresh"))
+        page.click("#toggle-panels")
+        expect(page.locator("#panels")).to_be_hidden()
+
+
+def test_remove_session_and_forget_project_ask_in_a_dialog(live, page):
+    """Removing a session asks in a visible dialog that names its running job and changed files;
+    Cancel keeps it, Remove removes it. Forgetting a project asks the same way."""
+    project = live.project("confirming", {"a.txt": "x\n"})
+    keep = live.session(project, "Keep me")
+    busy = live.session(project, "Busy one")
+    live.api("permissions_save", {"projectid": project["id"], "tool": "bash", "pattern": "sleep *", "action": "allow"})
+    live.api("permissions_save", {"projectid": project["id"], "tool": "write", "pattern": "*", "action": "allow"})
+    live.model.script(reply(tool_calls=[("bash", {"command": "sleep 60", "background": True})]),
+                      reply(tool_calls=[("write", {"path": "made.txt", "content": "new\n"})]),
+                      reply("Started."))
+    live.prompt(busy, "Start it")
+    assert live.wait_run_end(busy) == "idle"
+    open_session(page, project, busy)
+    row = page.locator(f"#sessions li[data-id='{busy['id']}']")
+    dialog = page.locator("#confirm-dialog")
+
+    row.get_by_role("button", name="Remove this session").click()
+    expect(dialog).to_be_visible()
+    in_viewport(page, page.locator("#confirm-ok"))
+    expect(page.locator("#confirm-question")).to_contain_text("1 background job still running")
+    expect(page.locator("#confirm-question")).to_contain_text("changed 1 file")
+    expect(page.locator("#confirm-details")).to_contain_text("made.txt")
+    shot(page, "screens-confirm-remove.png")
+    page.locator("#confirm-cancel").click()
+    expect(dialog).to_be_hidden()
+    expect(row).to_have_count(1)
+    assert live.api("sessions_read", ident=busy["id"])["id"] == busy["id"]
+
+    row.get_by_role("button", name="Remove this session").click()
+    expect(dialog).to_be_visible()
+    page.locator("#confirm-ok").click()
+    expect(dialog).to_be_hidden()
+    expect(row).to_have_count(0)
+    expect(page.locator(f"#sessions li[data-id='{keep['id']}']")).to_have_count(1)
+    assert busy["id"] not in [s["id"] for s in live.api("sessions", query=f"projectid={project['id']}")["sessions"]]
+
+    projects = page.locator(f"#projects li[data-id='{project['id']}']")
+    projects.get_by_role("button", name="Forget this project").click()
+    expect(dialog).to_be_visible()
+    expect(page.locator("#confirm-question")).to_contain_text("confirming")
+    page.keyboard.press("Escape")  # Escape answers no
+    expect(dialog).to_be_hidden()
+    expect(projects).to_have_count(1)
+    projects.get_by_role("button", name="Forget this project").click()
+    page.locator("#confirm-ok").click()
+    expect(projects).to_have_count(0)
+
+
+def test_questions_answered_from_the_keyboard_and_signalled_elsewhere(live, page):
+    """A bash question shows command, folder and description and takes the focus; Enter allows
+    once, Escape rejects (without stopping the run), a digit picks an option of the ask tool. A
+    question waiting in another session shows a badge in the list and a count in the title."""
+    project = live.project("keyboard", {"a.txt": "x\n"})
+    other = live.session(project, "Other")
+    session = live.session(project, "Keys")
+    open_session(page, project, session)
+    live.model.script(reply(tool_calls=[("bash", {"command": "echo first", "description": "Say first"})]),
+                      reply(tool_calls=[("bash", {"command": "echo second"})]),
+                      reply(tool_calls=[("ask", {"question": "Tabs or spaces?", "options": ["tabs", "spaces"]})]),
+                      reply("Spaces it is."))
+    send(page, "Go")
+    card = page.locator(".ask.permission")
+    expect(card.locator(".ask-input")).to_contain_text("$ echo first")
+    expect(card.locator(".ask-description")).to_have_text("Say first")
+    expect(card.locator(".ask-folder")).to_contain_text(os.path.realpath(project["path"]))
+    expect(card.get_by_role("button", name="Allow once")).to_contain_text("Enter/Y")
+    expect(card.get_by_role("button", name="Always allow")).to_contain_text("A")
+    expect(card.get_by_role("button", name="Reject")).to_contain_text("N/Esc")
+    expect(card).to_be_focused()
+    page.keyboard.press("Enter")
+    expect(page.locator(".part.tool.status-done")).to_contain_text("echo first")
+
+    second = page.locator(".ask.permission", has_text="echo second")
+    expect(second).to_be_focused()
+    page.keyboard.press("Escape")
+    expect(page.locator(".part.tool.status-denied")).to_contain_text("echo second")
+
+    question = page.locator(".ask.question")
+    expect(question).to_contain_text("Tabs or spaces?")
+    expect(question.get_by_role("button", name="spaces")).to_contain_text("2")
+    expect(question).to_be_focused()
+    page.keyboard.press("2")
+    expect(page.locator(".msg.assistant .md").last).to_have_text("Spaces it is.")
+    assert live.wait_run_end(session) == "idle"  # Escape rejected; it did not abort the run
+
+    # A question in the other session: a badge on its row, a count in the title, none on screen.
+    expect(page).to_have_title(re.compile(r"^Keys · Totem$"))
+    live.model.script(reply(tool_calls=[("ask", {"question": "Which one?", "options": ["this", "that"]})]),
+                      reply("That."))
+    live.prompt(other, "Ask me")
+    row = page.locator(f"#sessions li[data-id='{other['id']}']")
+    expect(row.locator(".waiting")).to_have_text("? 1")
+    expect(page).to_have_title(re.compile(r"^\(1\) Keys · Totem$"))
+    expect(page.locator(".ask")).to_have_count(0)
+    row.click()
+    card = page.locator(".ask.question")
+    expect(card).to_be_focused()  # opening the session focuses its waiting question
+    page.keyboard.press("2")
+    expect(page.locator(".msg.assistant .md").last).to_have_text("That.")
+    expect(row.locator(".waiting")).to_have_count(0)
+    expect(page).to_have_title(re.compile(r"^Other · Totem$"))
+
+
+def test_jobs_panel_lists_and_stops_a_background_job(live, page):
+    """A job the model starts is listed running with its command and output; Stop in Plan mode
+    shows the server's reason, and in Build mode stops it."""
+    project = live.project("jobs", {"a.txt": "x\n"})
+    session = live.session(project, "Jobs")
+    for pattern in ("echo *", "sleep *"):
+        live.api("permissions_save", {"projectid": project["id"], "tool": "bash", "pattern": pattern, "action": "allow"})
+    open_session(page, project, session)
+    expect(page.locator("#jobs")).to_contain_text("No background jobs")
+    live.model.script(reply(tool_calls=[("bash", {"command": "echo serving && sleep 60", "background": True})]),
+                      reply("It runs."))
+    send(page, "Serve it")
+    job = page.locator("#jobs li.job")
+    expect(job).to_have_attribute("data-status", "running")
+    expect(job.locator(".job-command")).to_have_text("echo serving && sleep 60")
+    expect(job.locator(".job-output")).to_contain_text("serving")
+    expect(page.locator("#jobs-count")).to_have_text("1")
+    assert live.wait_run_end(session) == "idle"
+
+    # The mode is the one of the session's latest prompt.
+    live.model.script(reply("Planning."))
+    live.api("sessions_prompt", {"text": "Plan only", "model": live.modelref, "mode": "plan"}, ident=session["id"])
+    assert live.wait_run_end(session) == "idle"
+    job.get_by_role("button", name="Stop").click()
+    expect(page.locator("#jobs-error")).to_contain_text("Plan mode")
+    expect(job).to_have_attribute("data-status", "running")
+    live.model.script(reply("Building."))
+    live.api("sessions_prompt", {"text": "Build again", "model": live.modelref, "mode": "build"}, ident=session["id"])
+    assert live.wait_run_end(session) == "idle"
+    shot(page, "screens-jobs.png")
+    job.get_by_role("button", name="Stop").click()
+    expect(job).to_have_attribute("data-status", "stopped")
+    expect(job.get_by_role("button", name="Stop")).to_have_count(0)
+    expect(page.locator("#jobs-error")).to_be_hidden()
+    expect(page.locator("#jobs-count")).to_have_text("")
+    assert [j["status"] for j in live.api("sessions_jobs", ident=session["id"])] == ["stopped"]
+
+
+AT_BOTTOM = "(el) => el.scrollTop + el.clientHeight >= el.scrollHeight - 48"
+
+
+def test_sending_follows_the_run_and_jump_to_latest(live, page):
+    """Sending while scrolled up brings your message into view; scrolled away from the bottom while
+    an answer streams, "Jump to latest" appears and takes you back."""
+    project = live.project("follow", {"a.txt": "x\n"})
+    session = live.session(project, "Follow")
+    long_text = "\n\n".join(f"Paragraph {n} of a long answer." for n in range(60))
+    for n in range(3):
+        live.model.script(reply(long_text))
+        live.prompt(session, f"Earlier question {n}")
+        assert live.wait_run_end(session) == "idle"
+    open_session(page, project, session)
+    conversation = page.locator("#conversation")
+    expect(page.locator(".msg.user")).to_have_count(3)
+    conversation.evaluate("(el) => { el.scrollTop = 0; }")
+    page.wait_for_timeout(100)
+    assert not conversation.evaluate(AT_BOTTOM)
+    expect(page.locator("#jump-latest")).to_be_hidden()  # nothing runs
+
+    live.model.script(Stall(events=text_chunks("Streaming now. " * 40)))
+    send(page, "Follow me")
+    mine = page.locator(".msg.user", has_text="Follow me")
+    expect(mine).to_be_visible()
+    expect(page.locator(".msg.assistant .part.text").last).to_contain_text("Streaming now.")
+    page.wait_for_function(f"() => ({AT_BOTTOM})(document.getElementById('conversation'))")
+    in_viewport(page, mine.locator(".who"))
+
+    conversation.evaluate("(el) => { el.scrollTop = 0; }")
+    jump = page.locator("#jump-latest")
+    expect(jump).to_be_visible()
+    in_viewport(page, jump)
+    shot(page, "screens-jump-latest.png")
+    jump.click()
+    expect(jump).to_be_hidden()
+    assert conversation.evaluate(AT_BOTTOM)
+    page.keyboard.press("Escape")
+    expect(page.locator("#session-status")).to_have_text("aborted")
+    expect(jump).to_be_hidden()
+    live.wait_run_end(session)
