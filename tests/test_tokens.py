@@ -3,11 +3,9 @@ marked as such when it does not."""
 
 from __future__ import annotations
 
-import asyncio
-
 from tests.model_server import reply
 from tests.test_loop import LoopCase
-from tests.utils import MS, call
+from tests.utils import call, run_ended
 
 
 class TokensTest(LoopCase):
@@ -19,10 +17,7 @@ class TokensTest(LoopCase):
         self.model.script(*replies)
         answer = await self.prompt("count me")
         self.assertEqual(answer.status, 200, answer.body)
-        for _ in range(2000):
-            if not self.app.runs.is_running(self.session["id"]):
-                break
-            await asyncio.sleep(5 * MS)
+        await run_ended(self.app, self.session["id"])
 
     async def answers(self) -> list[dict]:
         messages = (await call(self.app, "sessions_messages", ident=self.session["id"])).json()["messages"]

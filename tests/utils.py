@@ -158,3 +158,13 @@ def wait_until_gone(probe, what) -> None:
             return
         time.sleep(20 * MS)
     raise AssertionError(f"{what() if callable(what) else what} is still alive")
+
+
+async def run_ended(app, sessionid: str, timeout_ms: float = 20_000) -> None:
+    """Wait until the session has no run (its run and any queued after it ended)."""
+    deadline = time.monotonic() + timeout_ms * MS
+    while time.monotonic() < deadline:
+        if not app.runs.is_running(sessionid):
+            return
+        await asyncio.sleep(5 * MS)
+    raise AssertionError(f"session {sessionid} is still running")

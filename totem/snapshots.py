@@ -395,17 +395,26 @@ class Tree:
 
 def _folders(root: str, top: str, ignored: set[str]) -> Iterable[str]:
     """`top` and the folders under it, relative, but `.git`, links and `ignored`."""
+    yield top
+    yield from (relative for relative, entry in _entries(root, top, ignored) if entry.is_dir(follow_symlinks=False))
+
+
+def _entries(root: str, top: str, ignored: set[str]) -> Iterable[tuple[str, os.DirEntry]]:
+    """Every entry under `top` with its relative path, never entering `.git`, a link or a
+    folder of `ignored`."""
     stack = [top]
     while stack:
         folder = stack.pop()
-        yield folder
         try:
             entries = list(os.scandir(os.path.join(root, folder) if folder else root))
         except OSError:
             continue
         for entry in entries:
             relative = f"{folder}/{entry.name}" if folder else entry.name
-            if entry.name != ".git" and relative not in ignored and entry.is_dir(follow_symlinks=False):
+            if entry.name == ".git" or relative in ignored:
+                continue
+            yield relative, entry
+            if entry.is_dir(follow_symlinks=False):
                 stack.append(relative)
 
 
@@ -420,21 +429,8 @@ def _ignore_file_changed(reported) -> bool:
 
 
 def _plain_listing(root: str) -> Iterable[str]:
-    stack = [""]
-    while stack:
-        folder = stack.pop()
-        try:
-            entries = list(os.scandir(os.path.join(root, folder) if folder else root))
-        except OSError:
-            continue
-        for entry in entries:
-            relative = f"{folder}/{entry.name}" if folder else entry.name
-            if entry.name == ".git":
-                continue
-            if entry.is_dir(follow_symlinks=False):
-                stack.append(relative)
-            elif entry.is_file(follow_symlinks=False):
-                yield relative
+    """Every regular file of the tree but those under `.git` (when git cannot list it)."""
+    return (relative for relative, entry in _entries(root, "", set()) if entry.is_file(follow_symlinks=False))
 
 
 # -- the service of the agent and of the person's actions ---------------------------------

@@ -11,7 +11,7 @@ import pytest
 
 from tests.model_server import reply
 from tests.test_loop import LoopCase
-from tests.utils import MS, call
+from tests.utils import MS, call, run_ended
 from totem.agent.context import (
     COMPACTED_INTRO,
     COMPACTION_INSTRUCTIONS,
@@ -81,10 +81,7 @@ class WindowRunTest(WindowCase):
                             for step in range(20)], reply("done"))
         answer = await self.prompt("read it many times")
         self.assertEqual(answer.status, 200, answer.body)
-        for _ in range(4000):
-            if not self.app.runs.is_running(self.session["id"]):
-                break
-            await asyncio.sleep(5 * MS)
+        await run_ended(self.app, self.session["id"])
         session = (await call(self.app, "sessions_read", ident=self.session["id"])).json()
         self.assertEqual(session["status"], "idle", session["error"])
         sizes = [len(json.dumps(request.body)) / 3.5 for request in self.chats()]
@@ -101,10 +98,7 @@ class WindowFullTest(WindowCase):
         self.model.script(reply("a summary"))
         answer = await self.prompt("x" * 40_000)
         self.assertEqual(answer.status, 200, answer.body)
-        for _ in range(2000):
-            if not self.app.runs.is_running(self.session["id"]):
-                break
-            await asyncio.sleep(5 * MS)
+        await run_ended(self.app, self.session["id"])
         session = (await call(self.app, "sessions_read", ident=self.session["id"])).json()
         self.assertEqual(session["status"], "error")
         self.assertIn("after compacting", session["error"])
@@ -133,10 +127,7 @@ class CompactionTest(WindowCase):
         self.app.runs.steps = 200
         answer = await self.prompt("walk the file one line at a time")
         self.assertEqual(answer.status, 200, answer.body)
-        for _ in range(6000):
-            if not self.app.runs.is_running(self.session["id"]):
-                break
-            await asyncio.sleep(5 * MS)
+        await run_ended(self.app, self.session["id"])
         session = (await call(self.app, "sessions_read", ident=self.session["id"])).json()
         self.assertEqual(session["status"], "idle", session["error"])
         chats = self.chats()
@@ -169,7 +160,5 @@ class CompactionTest(WindowCase):
         self.assertEqual(last[-1]["content"], "and now?")
 
     async def wait_idle(self):
-        for _ in range(2000):
-            await asyncio.sleep(5 * MS)
-            if not self.app.runs.is_running(self.session["id"]):
-                return
+        await asyncio.sleep(5 * MS)
+        await run_ended(self.app, self.session["id"])

@@ -141,6 +141,19 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
 VIEWPORT = {"width": 1360, "height": 820}
 
 
+def open_session(page, project, session):
+    """Show a session (the page keeps project and session in its address) once the socket is up."""
+    from playwright.sync_api import expect
+    page.goto(f"/#/{project['id']}/{session['id']}")
+    expect(page.locator("#session-title")).to_have_text(session["name"])
+    expect(page.locator("#connection")).to_have_attribute("data-state", "open")
+
+
+def send(page, text):
+    page.fill("#prompt", text)
+    page.press("#prompt", "Enter")
+
+
 def shot(page, name: str) -> None:
     """Save a screenshot of the page as screenshots/NAME (the folder is gitignored)."""
     os.makedirs(SCREENSHOTS, exist_ok=True)

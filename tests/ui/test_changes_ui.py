@@ -9,7 +9,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.model_server import reply
-from tests.ui.harness import CHROMIUM, shot
+from tests.ui.harness import CHROMIUM, open_session, send, shot
 
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),
                                 reason=f"the browser tests need Debian's Chromium at {CHROMIUM}")
@@ -18,15 +18,8 @@ ADDED_BACKGROUND = "rgb(230, 255, 236)"
 REMOVED_BACKGROUND = "rgb(255, 235, 233)"
 
 
-def open_session(page, project, session):
-    page.goto(f"/#/{project['id']}/{session['id']}")
-    expect(page.locator("#session-title")).to_have_text(session["name"])
-    expect(page.locator("#connection")).to_have_attribute("data-state", "open")
 
 
-def send(page, text):
-    page.fill("#prompt", text)
-    page.press("#prompt", "Enter")
 
 
 def read(project, path):

@@ -8,7 +8,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.model_server import Stall, reply, text_chunks
-from tests.ui.harness import CHROMIUM, shot
+from tests.ui.harness import CHROMIUM, open_session, send, shot
 
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),
                                 reason=f"the browser tests need Debian's Chromium at {CHROMIUM}")
@@ -18,15 +18,8 @@ LAPTOP = {"width": 1280, "height": 800}
 LONG_COMMAND = "\n".join(f"echo line {n} && true" for n in range(40))
 
 
-def open_session(page, project, session):
-    page.goto(f"/#/{project['id']}/{session['id']}")
-    expect(page.locator("#session-title")).to_have_text(session["name"])
-    expect(page.locator("#connection")).to_have_attribute("data-state", "open")
 
 
-def send(page, text):
-    page.fill("#prompt", text)
-    page.press("#prompt", "Enter")
 
 
 def in_viewport(page, locator):

@@ -9,7 +9,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.model_server import Stall, text_chunks
-from tests.ui.harness import CHROMIUM, shot, watch_csp
+from tests.ui.harness import CHROMIUM, open_session, shot, watch_csp
 
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),
                                 reason=f"the browser tests need Debian's Chromium at {CHROMIUM}")
@@ -17,10 +17,6 @@ pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),
 FOREGROUND = "rgb(230, 237, 243)"  # THEME.foreground of static/terminal.js, set by xterm's theme sheet
 
 
-def open_session(page, project, session):
-    page.goto(f"/#/{project['id']}/{session['id']}")
-    expect(page.locator("#session-title")).to_have_text(session["name"])
-    expect(page.locator("#connection")).to_have_attribute("data-state", "open")
 
 
 def type_line(page, text):

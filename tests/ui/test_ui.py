@@ -12,7 +12,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.model_server import FastStream, Stall, reply, text_chunks
-from tests.ui.harness import CHROMIUM, shot
+from tests.ui.harness import CHROMIUM, open_session, send, shot
 from tests.utils import TOKEN
 
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),
@@ -22,16 +22,8 @@ pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),
 DOT_PNG = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==")
 
 
-def open_session(page, project, session):
-    """Show a session (the page keeps project and session in its address) once the socket is up."""
-    page.goto(f"/#/{project['id']}/{session['id']}")
-    expect(page.locator("#session-title")).to_have_text(session["name"])
-    expect(page.locator("#connection")).to_have_attribute("data-state", "open")
 
 
-def send(page, text):
-    page.fill("#prompt", text)
-    page.press("#prompt", "Enter")
 
 
 def git(root, *args):
