@@ -46,7 +46,10 @@ const changes = new ChangesPanel();
 const jobs = new JobsPanel();
 const questions = new Questions(byId('questions'), { onChange: () => { paintSessions(); paintTitle(); } });
 const composer = new Composer({ onSend: sendPrompt, onAbort: abort, onNewSession: newSession });
-const tree = new FileTree({ onPick: (path) => composer.insert(path) });
+const tree = new FileTree({
+  onPick: (path) => composer.insert(path),
+  worktreeOf: () => (state.session?.worktree ? state.session.id : null), // a worktree session's own files
+});
 const folders = new FolderBrowser({ onOpen: openFolder });
 const providers = new ProvidersDialog({ onChange: loadCatalog });
 const rules = new RulesDialog();
@@ -267,7 +270,9 @@ async function selectSession(chosen) {
     clearNotice();
     byId('session-branch').hidden = true; // until its git state is read
   }
+  const reloadTree = Boolean(session.worktree) !== Boolean(state.session?.worktree) || session.worktree;
   state.session = session;
+  if (reloadTree && state.project) tree.load(state.project.id);
   jobs.show(session.id);
   terminal.attach(session.id);
   paintSessions();

@@ -392,23 +392,28 @@ export class ChangesPanel {
 
 // The lazy file tree; opened folders stay open across refreshes.
 export class FileTree {
-  constructor({ onPick }) {
+  constructor({ onPick, worktreeOf = () => null }) {
     this.root = byId('tree');
     this.onPick = onPick;
+    this.worktreeOf = worktreeOf; // () => the shown session's id when it works in a worktree
     this.projectid = null;
+    this.sessionid = null;
     this.open = new Set();
   }
 
   async load(projectid) {
-    if (projectid !== this.projectid) this.open.clear();
+    const sessionid = this.worktreeOf();
+    if (projectid !== this.projectid || sessionid !== this.sessionid) this.open.clear();
     this.projectid = projectid;
+    this.sessionid = sessionid;
     this.root.replaceChildren(...await this.level(''));
   }
 
   async level(path) {
     let answer;
+    const query = this.sessionid ? { path, sessionid: this.sessionid } : { path };
     try {
-      answer = await api('projects_files', { id: this.projectid, query: { path } });
+      answer = await api('projects_files', { id: this.projectid, query });
     } catch (error) {
       return [h('li', { className: 'error' }, error.message)];
     }

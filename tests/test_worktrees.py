@@ -205,3 +205,19 @@ class DiscardAndRemoveTest(WorktreeCase):
         self.assertEqual(answer.status, 200, answer.body)
         self.assertFalse(os.path.exists(busy["worktree"]))
         self.assertEqual((await call(self.app, "projects_git", ident=self.project["id"])).json()["leftover"], [])
+
+
+class WorktreeFilesTest(WorktreeCase):
+    async def test_the_file_tree_of_a_worktree_session(self):
+        """Projects|files with a worktree session's id lists the worktree, not the project."""
+        session = await self.worktree_session()
+        with open(os.path.join(session["worktree"], "only-here.txt"), "w") as stream:
+            stream.write("x\n")
+        query = f"sessionid={session['id']}"
+        names = [item["name"] for item in
+                 (await call(self.app, "projects_files", ident=self.project["id"], query=query)).json()["items"]]
+        self.assertIn("only-here.txt", names)
+        plain = [item["name"] for item in (await call(self.app, "projects_files", ident=self.project["id"])).json()["items"]]
+        self.assertNotIn("only-here.txt", plain)
+        other = await call(self.app, "projects_files", ident=self.project["id"], query="sessionid=nosuch")
+        self.assertEqual(other.status, 404)

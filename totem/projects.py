@@ -86,12 +86,19 @@ class Projects:
             self.sessions.announce_removed(session)
         return project["id"]
 
-    async def files(self, projectid: str, path: str = "") -> dict:
+    async def files(self, projectid: str, path: str = "", sessionid: str | None = None) -> dict:
         """One level of the file tree: `{path, items: [{name, path, type, size, protected}],
-        more}`, `.git` left out, at most MAX_TREE_ITEMS items. Raises NotFound, BadRequest
+        more}`, `.git` left out, at most MAX_TREE_ITEMS items; with `sessionid`, of the folder
+        where that session works (its worktree when it has one). Raises NotFound, BadRequest
         (outside the project, inside .git, not a folder, unreadable)."""
         project = await self.get(projectid)
         root = project["path"]
+        if sessionid:
+            session = await self.store.get_session(sessionid)
+            if session is None or session["projectid"] != project["id"]:
+                raise NotFound(("sessionid", f"no session {sessionid} in this project"))
+            if session["worktree"] and os.path.isdir(session["worktree"]):
+                root = session["worktree"]
         try:
             folder = resolve_inside(root, path or ".")
         except BoundaryError as exc:

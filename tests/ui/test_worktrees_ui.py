@@ -99,6 +99,7 @@ def test_create_in_a_worktree_then_merge_with_its_confirmation(live, page):
     expect(change).to_be_visible()  # read again after diff.updated
     expect(change.locator(".git-status")).to_have_text("U")
     expect(page.locator("#diff-files li[data-path='notes.txt']")).to_be_visible()
+    expect(page.locator("#tree")).to_contain_text("notes.txt")  # the file tree is the worktree's
     change.click()  # its diff, in the Changes panel
     expect(page.locator("#diff-view .diff-add")).to_have_text(["+written in the worktree"])
     shot(page, "worktree-session.png")

@@ -32,10 +32,11 @@ async def remove_project(ctx):
 
 async def list_files(ctx):
     await require_project(ctx)  # an unknown project is 404 before its query is checked
-    params = ctx.params(("path",))
+    params = ctx.params(("path", "sessionid"))
     given = params.text("path", max_chars=4096, allow_empty=True, default="")
+    sessionid = params.text("sessionid", max_chars=64)
     params.done()
-    return await ctx.services.projects.files(ctx.id, given)
+    return await ctx.services.projects.files(ctx.id, given, sessionid)
 
 
 async def project_git(ctx):
