@@ -13,7 +13,8 @@ looks at the text of the path only.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 MAX_PATH_CHARS = 4096
 
@@ -43,6 +44,12 @@ class OutsideError(BoundaryError):
 def real_root(root: str) -> str:
     """The root with its own symbolic links resolved."""
     return os.path.realpath(root)
+
+
+def session_root(session: Mapping[str, Any], project: Mapping[str, Any]) -> str:
+    """The folder a session works in, links resolved: its worktree when it has one, else its
+    project's folder."""
+    return real_root(session.get("worktree") or project["path"])
 
 
 def resolve_inside(root: str, path: str) -> str:

@@ -49,7 +49,7 @@ class Changes:
         project = await self.store.get_project(session["projectid"])
         if project is None:
             raise NotFound(("id", f"no project of session {sessionid}"))
-        return session, project["id"], boundary.real_root(session["worktree"] or project["path"])
+        return session, project["id"], boundary.session_root(session, project)
 
     def _refuse_running(self, session: SessionRow, action: str) -> None:
         if session["status"] == "running" or self.runs.is_running(session["id"]):

@@ -186,16 +186,21 @@ async def run_git(folder: str, *args: str, timeout: float = GIT_TIMEOUT_S) -> tu
     if reason:
         raise GitRefusedError(reason)
     try:
-        result = await run_process(
-            ["git", *SAFE_OPTIONS, *args], cwd=folder, env=git_environment(), timeout_s=timeout,
-            stdout_cap=MAX_GIT_OUTPUT_BYTES, stderr_cap=MAX_GIT_ERROR_BYTES,
-            kill_grace_s=GIT_KILL_GRACE_S)
+        return await _start_git(folder, list(args), timeout)
     except OSError as exc:
         if not os.path.isdir(folder):
             raise GitError(f"{folder} is not a folder") from None
         if isinstance(exc, FileNotFoundError):
             raise GitError("git is not installed") from None
         raise GitError(f"git could not start: {exc.strerror or exc}") from None
+
+
+async def _start_git(cwd: str, args: list[str], timeout: float) -> tuple[int, bytes, bytes]:
+    """git with SAFE_OPTIONS and git_environment() through the runner. Raises OSError when it
+    cannot start, GitError when it takes too long or does not end."""
+    result = await run_process(
+        ["git", *SAFE_OPTIONS, *args], cwd=cwd, env=git_environment(), timeout_s=timeout,
+        stdout_cap=MAX_GIT_OUTPUT_BYTES, stderr_cap=MAX_GIT_ERROR_BYTES, kill_grace_s=GIT_KILL_GRACE_S)
     if result.timed_out:
         raise GitError(f"git took longer than {timeout:g} s")
     if result.returncode is None:  # stopped, but not reaped within runner.REAP_TIMEOUT_S
@@ -256,18 +261,11 @@ async def _run_plain(cwd: str, args: list[str], timeout: float) -> tuple[int, by
     """git with Totem's own repository (never the folder's): nothing to vet, same safeguards.
     Raises FileNotFoundError when git is missing, GitError on a timeout."""
     try:
-        result = await run_process(
-            ["git", *SAFE_OPTIONS, *args], cwd=cwd, env=git_environment(), timeout_s=timeout,
-            stdout_cap=MAX_GIT_OUTPUT_BYTES, stderr_cap=MAX_GIT_ERROR_BYTES, kill_grace_s=GIT_KILL_GRACE_S)
+        return await _start_git(cwd, args, timeout)
     except FileNotFoundError:
         raise
     except OSError as exc:
         raise GitError(f"git could not start: {exc.strerror or exc}") from None
-    if result.timed_out:
-        raise GitError(f"git took longer than {timeout:g} s")
-    if result.returncode is None:
-        raise GitError("git did not end")
-    return result.returncode, result.stdout, result.stderr
 
 
 def parse_status(output: bytes) -> tuple[str | None, list[dict]]:

@@ -17,7 +17,7 @@ from typing import Any
 from . import worktrees
 from .agent.loop import REASONING_LEVELS, Prompt, RunRefused
 from .agent.providers import ModelError
-from .boundary import real_root
+from .boundary import real_root, session_root
 from .errors import ApiError, BadRequest, Conflict, Forbidden, NotFound
 from .events import SessionUpdated
 from .git import GitError, folder_status
@@ -361,7 +361,7 @@ class Sessions:
         if project is None:
             raise NotFound(("id", f"no project of session {sessionid}"))
         try:
-            return await self._terminals().open(session["id"], real_root(session["worktree"] or project["path"]),
+            return await self._terminals().open(session["id"], session_root(session, project),
                                                 start, columns, rows)
         except TerminalError as exc:
             raise BadRequest(("start", str(exc))) from None

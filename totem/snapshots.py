@@ -423,9 +423,8 @@ def _glob_children(folder: str) -> str:
 
 
 def _ignore_file_changed(reported) -> bool:
-    names = reported.files | reported.removed
-    return any(path.rpartition("/")[2] == ".gitignore" for path in names) or any(
-        path.rpartition("/")[2] == ".gitignore" for path in reported.created)
+    return any(path.rpartition("/")[2] == ".gitignore"
+               for path in reported.files | reported.removed | reported.created)
 
 
 def _plain_listing(root: str) -> Iterable[str]:

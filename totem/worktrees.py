@@ -44,16 +44,15 @@ def worktree_path(data_dir: str, sessionid: str) -> str:
 
 async def _git(folder: str, *args: str) -> str:
     """git's output; WorktreeError with git's message when it fails."""
-    try:
-        code, out, err = await run_git(folder, *args)
-    except GitError as exc:
-        raise WorktreeError(str(exc)) from None
+    code, out, err = await _git_code(folder, *args)
     if code != 0:
-        raise WorktreeError(f"git {args[0]} failed: " + err.decode("utf-8", "replace").strip()[:500])
-    return out.decode("utf-8", "replace")
+        command = next((arg for arg in args if not arg.startswith("-") and "=" not in arg), "")
+        raise WorktreeError(f"git {command} failed: " + err.strip()[:500])
+    return out
 
 
 async def _git_code(folder: str, *args: str) -> tuple[int, str, str]:
+    """(exit code, output, errors) of git run in `folder`; WorktreeError when it cannot run."""
     try:
         code, out, err = await run_git(folder, *args)
     except GitError as exc:

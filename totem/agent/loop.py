@@ -18,7 +18,7 @@ import json
 import logging
 from dataclasses import dataclass, field
 
-from ..boundary import real_root
+from ..boundary import session_root
 from ..events import RunError, SessionStatus
 from ..rows import PartRow
 from ..store import Store
@@ -147,8 +147,7 @@ class Runs:
         sessionid = session["id"]
         if sessionid in self._runs:
             raise RunRefused("the session is running; wait for it to finish or abort it")
-        # The session's folder: its worktree when it has one, else the project's.
-        asker = Asker(sessionid, project["id"], real_root(session.get("worktree") or project["path"]),
+        asker = Asker(sessionid, project["id"], session_root(session, project),
                       prompt.mode, prompt.autoaccept,
                       prompt.scheduled)
         run = _Run(session, project, prompt, asker, limits=dict(limits or {}))
@@ -171,7 +170,7 @@ class Runs:
         if sessionid in self._runs:
             raise RunRefused("the session is running; wait for it to finish or abort it")
         prompt = Prompt(text="", model=model, mode=session.get("mode") or "build")
-        asker = Asker(sessionid, project["id"], real_root(session.get("worktree") or project["path"]), prompt.mode)
+        asker = Asker(sessionid, project["id"], session_root(session, project), prompt.mode)
         run = _Run(session, project, prompt, asker, compact_only=True)
         self._runs[sessionid] = run
         run.task = asyncio.create_task(self._run(run), name=f"compaction {sessionid}")
