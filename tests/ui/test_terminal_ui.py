@@ -138,6 +138,7 @@ def test_terminal_follows_the_session_and_escape_stays_in_it(live, page):
     open_session(page, project, first)
     rows = page.locator("#terminal-screen .xterm-rows")
     expect(page.locator("#terminal-panel")).to_be_visible()
+    expect(page.locator("#terminal-panel")).to_have_attribute("data-status", "running")  # attached: keys go through
     page.locator("#terminal-screen .xterm").click()
     type_line(page, "echo first-$((6*7))")
     expect(rows).to_contain_text("first-42")
