@@ -31,10 +31,11 @@ export function enableSaveAs(root, { sessionid }) {
     const message = button.closest('.msg');
     if (!block || !message) return;
     const open = block.querySelector('.saveas-form');
-    if (open) {
+    if (open && !open.classList.contains('saveas-finished')) {
       open.querySelector('input').focus();
       return;
     }
+    open?.remove();  // a finished save's note gives way to a new form at once
     const form = saveForm(block, { sessionid: sessionid(), messageid: message.dataset.id });
     block.querySelector('.codebar').after(form);
     form.querySelector('input').focus();
@@ -69,6 +70,7 @@ function saveForm(block, { sessionid, messageid }) {
       message.replaceChildren(`${saved.created ? 'Saved' : 'Replaced'} ${saved.path} (${saved.bytes} bytes)`);
       controls.hidden = true;
       input.readOnly = true;
+      form.classList.add('saveas-finished');
       setTimeout(() => form.remove(), DONE_MS);
     } catch (error) {
       setBusy(false);
