@@ -6,12 +6,13 @@ BIN := $(VENV)/bin
 # requirements-dev.txt pins mcp 1.x, and one environment holds only one of them.
 MCP2_VENV := $(VENV)/mcp2
 
-.PHONY: run check test bench clean system-packages vendor
+.PHONY: run check test bench clean system-packages vendor docker docker-test
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(VENV)/.runtime: requirements.txt | $(BIN)/python
+	@echo "Installing into $(VENV)/ with pip (on the first run, and after requirements.txt changes): $$(paste -sd' ' requirements.txt)"
 	$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements.txt
 	touch $@
 
@@ -56,3 +57,18 @@ vendor:
 
 clean:
 	rm -rf $(VENV) .pytest_cache
+
+# The container image (README: "Run in a container"), with Podman when it is installed, else
+# Docker. DOCKER_BASE=IMAGE builds on another base than python:3.12-slim.
+CONTAINER ?= $(if $(shell command -v podman 2>/dev/null),podman,docker)
+DOCKER_IMAGE ?= totem
+DOCKER_BASE ?=
+
+docker:
+	$(CONTAINER) build $(if $(filter podman,$(CONTAINER)),--format docker) \
+		$(if $(DOCKER_BASE),--build-arg BASE=$(DOCKER_BASE)) -t $(DOCKER_IMAGE) .
+
+# Builds the image and checks it in containers (Podman, as root; a few minutes). Without
+# DOCKER_BASE it builds on a Debian base made here with debootstrap, kept between runs.
+docker-test:
+	$(PYTHON) scripts/docker_test.py $(if $(DOCKER_BASE),--base $(DOCKER_BASE)) $(DOCKER_TEST_FLAGS)
