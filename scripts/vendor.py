@@ -28,6 +28,10 @@ PACKAGES = (
     ("xterm-addon-fit", "@xterm/addon-fit", "0.10.0",
      "sha512-UFYkDm4HUahf2lnEyHvio51TNGiLK66mqP2JoATy7hRZeXaGMRDr00JiSF7m63vR5WKATF605yEggJKsw0JpMQ==",
      ("lib/addon-fit.js", "LICENSE")),
+    # highlight.js's browser build with its common languages: a classic script that defines `hljs`.
+    ("highlight", "@highlightjs/cdn-assets", "11.12.0",
+     "sha512-KvOKXODaiFmId9xaq3xc5xCL66wVLUuOngDbO9B/kewbFTqdGbn2nJxNhN3H5R1cgDTVj6R8vH0zgiNDEGjpDw==",
+     ("highlight.min.js", "LICENSE")),
 )
 
 

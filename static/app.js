@@ -17,11 +17,14 @@ import { TerminalPanel } from '/terminal.js';
 import { SchedulesDialog } from '/schedules.js';
 import { enableCopyButtons } from '/markdown.js';
 import { enableSaveAs } from '/saveas.js';
+import { paintSessionUsage } from '/usage.js';
 
 const MESSAGE_PAGE = 200;
 const SESSION_PAGE = 100;
 const GIT_REFRESH_MS = 600;
+const TERMINAL_QUIET_MS = 2000; // the shell's output stopped this long: the files are read again
 const CHANGES_REFRESH_MS = 250;
+const USAGE_PAGE = 50; // the newest messages read again when a run ends, for their tokens
 const LAST_PROJECT_KEY = 'totem.project';
 
 // held: while the shown session's stored state is read, {sessionid, events} that came meanwhile.
@@ -40,7 +43,7 @@ let changesTimer = 0;
 
 const conversation = new Conversation(byId('conversation'), {
   onLoadEarlier: loadEarlier, onUndo: (messageid) => undo(messageid), onFork: fork, onOpenChange: openChange,
-  jump: byId('jump-latest'),
+  onUnqueue: unqueue, jump: byId('jump-latest'),
 });
 const changes = new ChangesPanel();
 const jobs = new JobsPanel();
@@ -94,6 +97,7 @@ function paintSession() {
   byId('open-rules').disabled = !project;
   byId('open-schedules').disabled = !project;
   byId('session-settings').hidden = !session;
+  byId('session-compact').hidden = !session;
   byId('project-title').textContent = project ? project.path : '';
   byId('session-view').hidden = !project;
   byId('session-title').textContent = session ? session.name : 'New session';
@@ -102,12 +106,33 @@ function paintSession() {
   status.className = `badge status-${session?.status ?? 'none'}`;
   status.hidden = !session;
   const running = session?.status === 'running';
+  byId('session-compact').disabled = running;
   composer.setRunning(running);
   conversation.setRunning(running);
   git.setRunning(running);
   if (!session?.worktree) byId('session-branch').hidden = true;
   byId('redo-bar').hidden = !session?.redo || running;
+  paintUsage();
   paintTitle();
+}
+
+// The session's tokens (Sessions|read) and the context its last answer used against the window
+// of that answer's model (from the catalog; before any answer, the session's model).
+function paintUsage() {
+  const { session } = state;
+  const element = byId('session-usage');
+  if (!session) {
+    element.hidden = true;
+    return;
+  }
+  const last = conversation.lastUsage();
+  const model = state.catalog.models.find((m) => m.id === (last?.model ?? session.model)) ?? null;
+  paintSessionUsage(element, { tokens: session.tokens, last: last?.tokens, window: model });
+}
+
+// A provider to start with: shown while none is saved.
+function paintFirstRun() {
+  byId('first-run').hidden = state.catalog.providers.length > 0;
 }
 
 function paintConnection(connection) {
@@ -310,6 +335,7 @@ async function loadConversation() {
   if (loaded) {
     Object.assign(session, loaded.fresh);
     conversation.load(loaded.page.messages, loaded.page.more);
+    paintUsage();
     if (session.status === 'error' && session.error) conversation.showError(session.error, false);
     renderTodos(loaded.todos.items);
   }
@@ -339,10 +365,13 @@ async function newSession(firstPrompt) {
   try {
     const session = await api('sessions_create', { body: { projectid: state.project.id } });
     addSession(session);
+    composer.carry = !!firstPrompt; // the new session takes the prompt box as it is
     await selectSession(session);
     if (firstPrompt) await sendPrompt(firstPrompt);
   } catch (error) {
     toast(error.message);
+  } finally {
+    composer.carry = false;
   }
 }
 
@@ -519,8 +548,8 @@ function openChange(path) {
 
 async function sendPrompt(body) {
   if (!body.model) {
-    toast('Choose a model first: add a provider in Providers');
-    providers.show();
+    toast(state.catalog.providers.length ? 'Choose a model first' : 'Add a model provider first');
+    providers.show({ add: !state.catalog.providers.length });
     return;
   }
   if (!state.session) {
@@ -528,12 +557,56 @@ async function sendPrompt(body) {
     return;
   }
   conversation.follow(); // your message, and the answer after it, in view
+  const sessionid = state.session.id;
   try {
-    await api('sessions_prompt', { id: state.session.id, body });
+    await api('sessions_prompt', { id: sessionid, body });
     localStorage.setItem('totem.model', body.model);
-    composer.clear();
+    composer.clear(sessionid);
   } catch (error) {
     toast(error.message);
+  }
+}
+
+// A queued prompt taken back before it ran.
+async function unqueue(messageid) {
+  const session = state.session;
+  if (!session) return;
+  try {
+    await api('sessions_unqueue', { id: session.id, body: { messageid } });
+    if (state.session?.id === session.id) conversation.removeMessage(messageid);
+  } catch (error) {
+    toast(error.message);
+    if (state.session?.id === session.id) loadConversation(); // it ran already, or was taken back elsewhere
+  }
+}
+
+// Sessions|compact: the session's model summarizes the conversation now (a run of one step).
+async function compact() {
+  const session = state.session;
+  if (!session || session.status === 'running') return;
+  conversation.follow();
+  try {
+    await api('sessions_compact', { id: session.id, post: true });
+  } catch (error) {
+    toast(error.message);
+  }
+}
+
+// After a run: the session's tokens and those of its newest answers, read again.
+async function refreshUsage() {
+  const session = state.session;
+  if (!session) return;
+  try {
+    const [fresh, page] = await Promise.all([
+      api('sessions_read', { id: session.id }),
+      api('sessions_messages', { id: session.id, query: { limit: USAGE_PAGE } }),
+    ]);
+    if (state.session?.id !== session.id) return;
+    session.tokens = fresh.tokens;
+    conversation.refresh(page.messages);
+    paintUsage();
+  } catch {
+    // the figures stay as they were until the session is read again
   }
 }
 
@@ -554,6 +627,8 @@ async function loadCatalog() {
     return;
   }
   composer.setCatalog(state.catalog, state.session?.model);
+  paintFirstRun();
+  paintUsage();
 }
 
 // -- events ----------------------------------------------------------------------------------
@@ -571,11 +646,15 @@ function onEvent(event) {
       paintSessions();
       if (!current) return;
       paintSession();
-      if (data.status === 'running') clearNotice();
-      else {
+      if (data.status === 'running') {
+        clearNotice();
+        if (conversation.hasQueued()) loadConversation(); // a queued prompt is the one that runs now
+      } else {
+        if (data.status === 'aborted') conversation.clearQueued(); // not run after an abort
         jobs.load();
         refreshFiles();
         if (conversation.stale) loadConversation();
+        else refreshUsage();
       }
       return;
     }
@@ -604,7 +683,11 @@ function onEvent(event) {
       if (current) refreshChanges();
       return;
     }
-    case EVENTS.TERMINAL_OUTPUT: terminal.output(sessionid, data.text); return;
+    case EVENTS.TERMINAL_OUTPUT: {
+      terminal.output(sessionid, data.text);
+      if (current) refreshFiles(TERMINAL_QUIET_MS); // what the person types may change files: read once it is quiet
+      return;
+    }
     case EVENTS.TERMINAL_EXIT: terminal.exited(sessionid, data.status); return;
     case EVENTS.PERMISSION_ASK: questions.askPermission(sessionid, { ...data, sessionid }); return;
     case EVENTS.QUESTION_ASK: questions.askQuestion(sessionid, { ...data, sessionid }); return;
@@ -666,13 +749,13 @@ function refreshGit() {
 }
 
 // Git and the file tree, read again once a burst of changes has passed.
-function refreshFiles() {
+function refreshFiles(quiet = GIT_REFRESH_MS) {
   clearTimeout(gitTimer);
   gitTimer = setTimeout(() => {
     if (!state.project) return;
     paintGit();
     tree.load(state.project.id);
-  }, GIT_REFRESH_MS);
+  }, quiet);
 }
 
 function refreshChanges() {
@@ -762,6 +845,11 @@ byId('open-schedules').addEventListener('click', () => { if (state.project) sche
 byId('git-refresh').addEventListener('click', paintGit);
 byId('diff-refresh').addEventListener('click', () => { if (state.session) changes.load(state.session.id); });
 byId('redo').addEventListener('click', () => redo());
+byId('session-compact').addEventListener('click', compact);
+byId('first-run-add').addEventListener('click', () => providers.show({ add: true }));
+byId('first-run-detect').addEventListener('click', () => providers.show({ detect: true }));
+// Back to this page after working elsewhere (an editor, a shell): files may have changed.
+window.addEventListener('focus', () => { if (state.project) refreshFiles(); });
 byId('files-refresh').addEventListener('click', () => { if (state.project) tree.load(state.project.id); });
 byId('sign-out').addEventListener('click', async () => {
   await api('logout', { post: true }).catch(() => {});

@@ -3,28 +3,33 @@
 // Streamed deltas only append to a part's text; the DOM is painted once per animation frame for
 // the parts that changed, so a fast stream or a 2,000-part session never re-renders the list.
 //
-// Every message has its actions (Undo: take it and the later ones back, with their file
-// changes; Fork: a new session up to it); an undone message is shown dimmed until a new prompt
-// removes it. A tool call that changed files names them, each opening its diff; a code block
-// of a finished answer can be saved as a file (saveas.js handles its button).
+// Every message has its actions (Copy: its text; Undo: take it and the later ones back, with
+// their file changes; Fork: a new session up to it); an undone message is shown dimmed until a
+// new prompt removes it. An answer shows the tokens it used (usage.js). A prompt sent while a run
+// went on is marked queued, with Remove, until it runs; one sent with Steer is marked so. A tool
+// call that changed files names them, each opening its diff; a code block of a finished answer
+// can be saved as a file (saveas.js handles its button).
 import { h, showValue, formatSize } from '/dom.js';
 import { renderMarkdown } from '/markdown.js';
 import { addSaveButtons } from '/saveas.js';
+import { messageUsage } from '/usage.js';
 
 const BIG_TEXT_CHARS = 40000; // above this, a streaming part is repainted at most every PAINT_GAP_MS
 const PAINT_GAP_MS = 250;
 const STICK_PX = 48;
+const COPIED_MS = 1500;
 const STATUS_WORDS = {
   pending: 'pending', running: 'running', done: 'done', denied: 'denied', error: 'error',
   aborted: 'aborted', streaming: 'streaming',
 };
 
 export class Conversation {
-  // onUndo(messageid), onFork(messageid), onOpenChange(path): the actions of messages and tools.
-  // jump: the "Jump to latest" button, shown while a run goes on and the view is scrolled up.
-  constructor(root, { onLoadEarlier, onUndo, onFork, onOpenChange, jump }) {
+  // onUndo(messageid), onFork(messageid), onUnqueue(messageid), onOpenChange(path): the actions
+  // of messages and tools. jump: the "Jump to latest" button, shown while a run goes on and the
+  // view is scrolled up.
+  constructor(root, { onLoadEarlier, onUndo, onFork, onUnqueue, onOpenChange, jump }) {
     this.root = root;
-    this.actions = { onUndo, onFork, onOpenChange };
+    this.actions = { onUndo, onFork, onUnqueue, onOpenChange };
     this.list = h('div', { className: 'messages' });
     this.earlier = h('button', { type: 'button', className: 'earlier', hidden: true, onclick: onLoadEarlier },
       'Load earlier messages');
@@ -105,6 +110,73 @@ export class Conversation {
 
   hasReverted() {
     return !!this.list.querySelector('.msg.reverted');
+  }
+
+  hasQueued() {
+    return !!this.list.querySelector('.msg.queued');
+  }
+
+  // After an abort the queued prompts stay in the conversation as said, not run.
+  clearQueued() {
+    for (const element of this.list.querySelectorAll('.msg.queued')) {
+      const entry = this.messages.get(element.dataset.id);
+      if (!entry) continue;
+      entry.message.data = { ...entry.message.data, queued: false };
+      this.repaintMessage(entry);
+    }
+  }
+
+  removeMessage(messageid) {
+    const entry = this.messages.get(messageid);
+    if (!entry) return;
+    for (const part of entry.partsElement.querySelectorAll('[data-part]')) this.parts.delete(part.dataset.part);
+    entry.element.remove();
+    this.messages.delete(messageid);
+  }
+
+  // Stored messages read again (the end of a run): the tokens of the answers shown are theirs.
+  refresh(messages) {
+    for (const message of messages) {
+      const entry = this.messages.get(message.id);
+      if (!entry || message.role !== 'assistant') continue;
+      const summary = !!message.data?.compaction !== !!entry.message.data?.compaction;
+      entry.message.data = message.data;
+      entry.message.model = message.model;
+      if (summary) { // known only once the answer is stored whole
+        this.repaintMessage(entry);
+        continue;
+      }
+      const foot = entry.element.querySelector(':scope > .msg-foot');
+      const usage = messageUsage(message);
+      foot?.querySelector(':scope > .msg-usage')?.remove();
+      if (foot && usage) foot.prepend(usage);
+    }
+  }
+
+  // The tokens of the newest answer that has them, with its model: {tokens, model} or null.
+  lastUsage() {
+    const answers = [...this.messages.values()].filter(({ message }) => message.role === 'assistant'
+      && typeof message.data?.tokens?.input === 'number' && !message.reverted);
+    const last = answers[answers.length - 1]?.message;
+    return last ? { tokens: last.data.tokens, model: last.model } : null;
+  }
+
+  // The text of a message as Markdown: its text parts, in order.
+  messageText(messageid) {
+    const entry = this.messages.get(messageid);
+    if (!entry) return '';
+    return [...entry.partsElement.querySelectorAll(':scope > [data-kind=text]')]
+      .map((element) => this.parts.get(element.dataset.part)?.text ?? '').filter((text) => text.trim()).join('\n\n');
+  }
+
+  async copyMessage(messageid, button) {
+    try {
+      await navigator.clipboard.writeText(this.messageText(messageid));
+      button.textContent = 'Copied';
+    } catch {
+      button.textContent = 'Copy failed';
+    }
+    setTimeout(() => { button.textContent = 'Copy'; }, COPIED_MS);
   }
 
   showError(message, retry) {
@@ -227,30 +299,51 @@ export class Conversation {
 
   renderMessage(message) {
     const partsElement = h('div', { className: 'parts' });
-    const element = h('article', {
-      className: `msg ${message.role}${message.reverted ? ' reverted' : ''}`, dataset: { id: message.id },
-    },
-    message.role === 'user' ? h('div', { className: 'who' }, 'You') : null,
-    message.reverted ? h('div', { className: 'undone-note', title: 'Taken back by an undo: Redo puts it back, a new prompt removes it' }, 'undone') : null,
-    partsElement);
-    this.messages.set(message.id, { message, element, partsElement });
+    const element = h('article', { dataset: { id: message.id } }, partsElement);
+    const entry = { message, element, partsElement };
+    this.messages.set(message.id, entry);
     for (const part of message.parts || []) {
       partsElement.append(this.renderPart(part, message.role));
       this.markChanged(part);
     }
-    const files = message.data?.attachments;
-    if (files?.length) element.append(renderAttachments(files));
-    element.append(this.messageActions(message));
+    this.repaintMessage(entry);
     return element;
   }
 
+  // What a message shows around its parts (marks, attachments, usage, actions), from its data.
+  repaintMessage({ message, element, partsElement }) {
+    const data = message.data || {};
+    const queued = message.role === 'user' && !!data.queued;
+    element.className = `msg ${message.role}${message.reverted ? ' reverted' : ''}${queued ? ' queued' : ''}`
+      + `${data.compaction ? ' compaction' : ''}${element.classList.contains('changed') ? ' changed' : ''}`;
+    const files = data.attachments;
+    element.replaceChildren(...[
+      message.role === 'user' ? h('div', { className: 'who' }, 'You',
+        queued ? h('span', { className: 'queued-note', title: 'Sent while a run goes on: it runs when that one ends' }, 'queued') : null,
+        data.steer ? h('span', { className: 'steer-note', title: 'Sent into the running step: the agent read it at its next step' }, 'steered') : null)
+        : null,
+      data.compaction ? h('div', { className: 'compaction-note', title: 'The requests go on from this summary and your last message' },
+        'Summary of the conversation so far') : null,
+      message.reverted ? h('div', { className: 'undone-note', title: 'Taken back by an undo: Redo puts it back, a new prompt removes it' }, 'undone') : null,
+      partsElement,
+      files?.length ? renderAttachments(files) : null,
+      h('div', { className: 'msg-foot' }, message.role === 'assistant' ? messageUsage(message) : null, this.messageActions(message)),
+    ].filter(Boolean));
+  }
+
   messageActions(message) {
-    const { onUndo, onFork } = this.actions;
-    return h('div', { className: 'msg-actions' },
-      !message.reverted && onUndo ? h('button', { type: 'button', className: 'link undo',
+    const { onUndo, onFork, onUnqueue } = this.actions;
+    const queued = message.role === 'user' && message.data?.queued;
+    const copy = h('button', { type: 'button', className: 'link copy-message', title: 'Copy the text of this message (Markdown)' }, 'Copy');
+    copy.addEventListener('click', () => this.copyMessage(message.id, copy));
+    return h('div', { className: `msg-actions${queued ? ' shown' : ''}` },
+      queued && onUnqueue ? h('button', { type: 'button', className: 'link unqueue',
+        title: 'Take this prompt back: it is not sent', onclick: () => onUnqueue(message.id) }, 'Remove') : null,
+      copy,
+      !message.reverted && !queued && onUndo ? h('button', { type: 'button', className: 'link undo',
         title: 'Undo this message and the ones after it: the files they changed are restored',
         onclick: () => onUndo(message.id) }, 'Undo') : null,
-      onFork ? h('button', { type: 'button', className: 'link fork',
+      onFork && !queued ? h('button', { type: 'button', className: 'link fork',
         title: 'A new session with the conversation up to this message', onclick: () => onFork(message.id) }, 'Fork') : null);
   }
 
@@ -280,7 +373,7 @@ export class Conversation {
 
 // An answer's text as Markdown; once it is complete, its code blocks can be saved as files.
 function paintMarkdown(view) {
-  view.body.replaceChildren(renderMarkdown(view.text));
+  view.body.replaceChildren(renderMarkdown(view.text, { complete: !!view.part.closed }));
   if (view.part.closed) addSaveButtons(view.body);
 }
 
@@ -296,11 +389,17 @@ function toolSubject(data) {
   return text.length > 120 ? `${text.slice(0, 120)}…` : text;
 }
 
+// One sentence: the reason says who decided when it can ("denied by the project rule ..."), so
+// it is not said twice ("Denied by a rule: denied by ...").
 function decisionText(decision) {
   if (!decision) return '';
-  const who = decision.by === 'person' ? `you (${decision.reply})` : decision.by === 'rule' ? 'a rule' : 'Totem';
-  return `${decision.action === 'deny' ? 'Denied' : decision.action === 'allow' ? 'Allowed' : 'Asked'} by ${who}`
-    + (decision.reason ? `: ${decision.reason}` : '');
+  const verb = decision.action === 'deny' ? 'Denied' : decision.action === 'allow' ? 'Allowed' : 'Asked';
+  const reason = String(decision.reason ?? '');
+  if (decision.by === 'person') {
+    return `${verb} by you (${decision.reply})${decision.action !== 'deny' && reason ? `: ${reason}` : ''}`;
+  }
+  if (/^(allowed|denied|approval required)\b/i.test(reason)) return reason[0].toUpperCase() + reason.slice(1);
+  return reason ? `${verb}: ${reason}` : `${verb} by ${decision.by === 'rule' ? 'a rule' : 'Totem'}`;
 }
 
 function renderTool(view, onOpenChange) {

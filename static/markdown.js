@@ -2,14 +2,22 @@
 //
 // Every piece of text becomes a Text node, so `<script>` or `<img onerror>` in an answer is shown
 // as the characters it is. Links are made only for http and https URLs (opened in a new tab with
-// rel=noopener); images are never loaded, they become links. Supported: headings, paragraphs,
-// fenced code (with a Copy button), lists (nested, task items), quotes, tables, rules, and inline
-// code, bold, italic, strikethrough, links and bare URLs. Unclosed fences (a streaming answer)
-// run to the end.
+// rel=noopener); an image is shown only from this server itself (an attachment, say: the CSP's
+// img-src allows nothing else), any other becomes a link. Supported: headings, paragraphs, fenced
+// code (highlighted, with a Copy button), lists (nested, task items), quotes, tables, rules, and
+// inline code, bold, italic, strikethrough, links, images and bare URLs. Unclosed fences (a
+// streaming answer) run to the end.
+//
+// Code is highlighted by highlight.js (static/vendor/highlight/, a classic script that defines
+// `hljs`) for the languages it knows, once the block is complete; its answer is read back as
+// spans and text only (nothing else of it reaches the page), and without it code stays plain.
 import { h } from '/dom.js';
 
 const MAX_DEPTH = 12;
 const SAFE_PROTOCOLS = new Set(['http:', 'https:']);
+const MAX_HIGHLIGHT_CHARS = 50000; // a longer block stays plain: highlighting it would stall a frame
+const HIGHLIGHT_CACHE = 64; // blocks whose highlighting is kept (a streaming answer repaints them)
+const highlights = new Map(); // `${language}\n${code}` -> a fragment to clone
 
 const FENCE = /^ {0,3}(`{3,}|~{3,})\s*([\w.+#-]*)/;
 const HEADING = /^ {0,3}(#{1,6})\s+(.*?)(?:\s+#+)?\s*$/;
@@ -42,9 +50,21 @@ export function safeUrl(raw) {
   }
 }
 
-export function renderMarkdown(text) {
+// A same-origin image URL (absolute, or a path of this server), or null for any other.
+export function localImageUrl(raw) {
+  if (!raw.trim()) return null;
+  try {
+    const url = new URL(raw, location.href);
+    return url.origin === location.origin && SAFE_PROTOCOLS.has(url.protocol) ? url.href : null;
+  } catch {
+    return null;
+  }
+}
+
+// `complete`: the text is whole (not streaming), so a fence left open is finished too.
+export function renderMarkdown(text, { complete = true } = {}) {
   const fragment = document.createDocumentFragment();
-  blocks(String(text).replace(/\r\n?/g, '\n').split('\n'), fragment, 0);
+  blocks(String(text).replace(/\r\n?/g, '\n').split('\n'), fragment, 0, complete);
   return fragment;
 }
 
@@ -54,7 +74,7 @@ function startsBlock(line) {
   return FENCE.test(line) || HEADING.test(line) || RULE.test(line) || QUOTE.test(line) || ITEM.test(line);
 }
 
-function blocks(lines, parent, depth) {
+function blocks(lines, parent, depth, complete = true) {
   if (depth > MAX_DEPTH) {
     parent.append(h('p', null, lines.join('\n')));
     return;
@@ -70,8 +90,9 @@ function blocks(lines, parent, depth) {
       const closing = new RegExp(`^ {0,3}\\${marker[0]}{${marker.length},}\\s*$`);
       const body = [];
       for (i += 1; i < lines.length && !closing.test(lines[i]); i += 1) body.push(lines[i]);
+      const closed = i < lines.length;
       i += 1;
-      parent.append(codeBlock(body.join('\n'), match[2]));
+      parent.append(codeBlock(body.join('\n'), match[2], { highlight: closed || complete }));
     } else if ((match = HEADING.exec(line))) {
       const heading = h(`h${match[1].length}`);
       inline(match[2], heading, depth);
@@ -84,10 +105,10 @@ function blocks(lines, parent, depth) {
       const inner = [];
       for (; i < lines.length && QUOTE.test(lines[i]); i += 1) inner.push(lines[i].replace(QUOTE, ''));
       const quote = h('blockquote');
-      blocks(inner, quote, depth + 1);
+      blocks(inner, quote, depth + 1, complete);
       parent.append(quote);
     } else if (ITEM.test(line)) {
-      i = list(lines, i, parent, depth);
+      i = list(lines, i, parent, depth, complete);
     } else if (line.includes('|') && i + 1 < lines.length && TABLE_SEPARATOR.test(lines[i + 1])
                && lines[i + 1].includes('-')) {
       i = table(lines, i, parent, depth);
@@ -101,7 +122,7 @@ function blocks(lines, parent, depth) {
   }
 }
 
-function list(lines, start, parent, depth) {
+function list(lines, start, parent, depth, complete) {
   const first = ITEM.exec(lines[start]);
   const ordered = /\d/.test(first[2]);
   const element = h(ordered ? 'ol' : 'ul');
@@ -132,7 +153,7 @@ function list(lines, start, parent, depth) {
       item.append(h('span', { className: `check${task[1] === ' ' ? '' : ' done'}`, 'aria-hidden': 'true' },
         task[1] === ' ' ? '☐' : '☑'), ' ');
     }
-    blocks(body, item, depth + 1);
+    blocks(body, item, depth + 1, complete);
     // An item without blank lines (a tight list) holds its text directly, without paragraphs.
     if (!body.includes('')) for (const p of item.querySelectorAll(':scope > p')) p.replaceWith(...p.childNodes);
     element.append(item);
@@ -163,12 +184,56 @@ function table(lines, start, parent, depth) {
   return i;
 }
 
-export function codeBlock(code, language) {
+export function codeBlock(code, language, { highlight = true } = {}) {
+  const colored = highlight ? highlighted(code, language) : null;
   return h('div', { className: 'codeblock' },
     h('div', { className: 'codebar' },
       h('span', null, language || 'text'),
       h('button', { type: 'button', className: 'copy', title: 'Copy to the clipboard' }, 'Copy')),
-    h('pre', null, h('code', null, code)));
+    h('pre', null, colored
+      ? h('code', { className: `hljs language-${colored.language}`, dataset: { highlighted: 'yes' } }, colored.nodes)
+      : h('code', null, code)));
+}
+
+// The block's code as highlight.js colors it (spans of hljs-* classes around text), or null for a
+// language it does not know, a block too long, or a page without it.
+function highlighted(code, language) {
+  const hljs = globalThis.hljs;
+  const known = language && hljs?.getLanguage?.(language);
+  if (!known || !code || code.length > MAX_HIGHLIGHT_CHARS) return null;
+  const name = language.toLowerCase();
+  const key = `${name}\n${code}`;
+  let fragment = highlights.get(key);
+  if (fragment) {
+    highlights.delete(key); // the most recently used last
+  } else {
+    let html;
+    try {
+      html = hljs.highlight(code, { language, ignoreIllegals: true }).value;
+    } catch {
+      return null;
+    }
+    fragment = document.createDocumentFragment();
+    spans(new DOMParser().parseFromString(`<pre>${html}</pre>`, 'text/html').body.firstChild, fragment);
+    if (fragment.textContent !== code) return null; // not the code as written: show it plain
+    if (highlights.size >= HIGHLIGHT_CACHE) highlights.delete(highlights.keys().next().value);
+  }
+  highlights.set(key, fragment);
+  return { language: name.replace(/[^\w-]/g, ''), nodes: fragment.cloneNode(true) };
+}
+
+// highlight.js's markup, parsed in an inert document, rebuilt as our own nodes: text, and spans
+// with their hljs classes; anything else is reduced to its text.
+function spans(source, parent) {
+  for (const node of source.childNodes) {
+    if (node.nodeType === Node.TEXT_NODE) parent.append(node.data);
+    else if (node.nodeType === Node.ELEMENT_NODE && node.localName === 'span') {
+      const classes = [...node.classList].filter((name) => /^(hljs-[\w-]+|[a-z]+_)$/.test(name));
+      const span = h('span', classes.length ? { className: classes.join(' ') } : null);
+      spans(node, span);
+      parent.append(span);
+    } else if (node.nodeType === Node.ELEMENT_NODE) parent.append(node.textContent);
+  }
 }
 
 // Plain text with its line breaks.
@@ -196,8 +261,10 @@ function inline(source, parent, depth) {
     } else if (m[2] !== undefined) {
       parent.append(h('code', null, m[3].replace(/\n/g, ' ')));
     } else if (m[4] !== undefined) {
+      const local = localImageUrl(m[5]);
       const url = safeUrl(m[5]);
-      if (url) parent.append(link(url, `image: ${m[4] || url}`, 'image-link', `Image, not loaded here: ${url}`));
+      if (local) parent.append(h('img', { src: local, alt: m[4], title: m[4] || null, className: 'md-image', loading: 'lazy' }));
+      else if (url) parent.append(link(url, `image: ${m[4] || url}`, 'image-link', `Image, not loaded here: ${url}`));
       else text(m[0], parent);
     } else if (m[6] !== undefined) {
       const url = safeUrl(m[7]);

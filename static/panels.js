@@ -1,7 +1,7 @@
 // The right column: the session's task list, the files it changed (with their patches), the
 // git state (the project's, and a worktree session's with Merge and Discard) and the project's
 // file tree (read one level at a time, when a folder is opened).
-import { api } from '/api.js';
+import { api, problemText as sentence } from '/api.js';
 import { h, byId, formatSize, pressable, plural, confirmAction, toast } from '/dom.js';
 import { renderFileDiff, counts, statusLetter } from '/diff.js';
 
@@ -277,9 +277,9 @@ function changeList(files, onOpen, extra = '') {
   h('span', { className: 'path' }, file.path))));
 }
 
-// What the server said, without the names of the fields (the panel says what was asked).
+// What the server said, as sentences without the names of the fields (the panel says what was asked).
 function problemText(error) {
-  return error.problems?.length ? error.problems.map((p) => p.error).join('; ') : error.message;
+  return error.problems?.length ? error.problems.map((p) => sentence({ error: p.error })).join(' ') : error.message;
 }
 
 // A file both staged and changed again is one changed file.
@@ -292,9 +292,9 @@ function refusal(error) {
   const text = error.problems?.find((p) => p.name === 'worktree')?.error;
   if (error.status !== 409 || !text) return { kind: 'error', text: problemText(error) };
   const cut = text.indexOf(': ');
-  if (cut < 0) return { kind: 'refused', text, files: [] };
+  if (cut < 0) return { kind: 'refused', text: sentence({ error: text }), files: [] };
   const files = text.slice(cut + 2).split(', ').filter((file) => file && file !== 'no file named');
-  return { kind: 'refused', text: text.slice(0, cut), files };
+  return { kind: 'refused', text: sentence({ error: text.slice(0, cut) }), files };
 }
 
 // The files the open session changed (Sessions|diff), each with its status and counts; the one

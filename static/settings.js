@@ -2,7 +2,7 @@
 //
 // A provider's key is write-only: the field is never filled from the server (the server never
 // sends it); left empty it keeps the saved key, and "Remove the saved key" sends "".
-import { api } from '/api.js';
+import { api, problemText } from '/api.js';
 import { h, byId, confirmButton, toast } from '/dom.js';
 
 const SOURCES = { config: 'config.ini', all: 'all projects', project: 'this project', session: 'this session' };
@@ -32,8 +32,9 @@ export class ProvidersDialog {
     byId('provider-form').addEventListener('submit', (event) => { event.preventDefault(); this.save(); });
   }
 
-  async show() {
-    this.dialog.showModal();
+  // add: open the form for a new provider at once (the first run); detect: look for local servers.
+  async show({ add = false, detect = false } = {}) {
+    if (!this.dialog.open) this.dialog.showModal();
     byId('detected').hidden = true;
     byId('provider-form').hidden = true;
     if (!this.templates.length) {
@@ -45,6 +46,13 @@ export class ProvidersDialog {
       byId('provider-template').replaceChildren(...this.templates.map((t) => h('option', { value: t.id }, t.name)));
     }
     await this.refresh();
+    if (add) this.edit(null);
+    if (detect) await this.detect();
+  }
+
+  // A kind by its name ("OpenAI-compatible"), as its template calls it.
+  kindName(kind) {
+    return this.templates.find((t) => t.kind === kind)?.name ?? kind;
   }
 
   async refresh() {
@@ -56,7 +64,7 @@ export class ProvidersDialog {
     }
     byId('provider-list').replaceChildren(...providers.map((p) => h('li', { className: 'card', dataset: { id: p.id } },
       h('div', { className: 'grow' },
-        h('strong', null, p.name), ' ', h('span', { className: 'muted' }, p.kind),
+        h('strong', null, p.name), ' ', h('span', { className: 'muted provider-kind', dataset: { kind: p.kind } }, this.kindName(p.kind)),
         h('div', { className: 'muted ellipsis' }, p.url),
         h('div', { className: 'muted' }, [p.haskey ? 'key saved' : 'no key',
           p.models?.length ? `${p.models.length} chosen models` : 'every model'].join(' · '))),
@@ -389,9 +397,9 @@ export class SettingsDialog {
     } catch (error) {
       if (this.scope !== scope) return;
       const problems = error.problems?.length ? error.problems : [{ error: error.message }];
-      this.fieldError(key, problems.filter((p) => FIELD_PROBLEMS.has(p.name)).map((p) => p.error).join('; '));
+      this.fieldError(key, problems.filter((p) => FIELD_PROBLEMS.has(p.name)).map((p) => problemText({ error: p.error })).join(' '));
       const others = problems.filter((p) => !FIELD_PROBLEMS.has(p.name));
-      showError('settings-error', others.map((p) => (p.name && p.name !== '$' ? `${p.name}: ${p.error}` : p.error)).join('; '));
+      showError('settings-error', others.map(problemText).join(' '));
       this.rows.get(key)?.input.focus();
       return;
     }

@@ -1,6 +1,6 @@
 // The left column: projects (with the folder browser that opens one) and the sessions of the
 // open project, with their live status and a mark where a question waits.
-import { api } from '/api.js';
+import { api, problemText } from '/api.js';
 import { h, byId, pressable, toast } from '/dom.js';
 
 export function renderProjects(projects, current, { onSelect, onForget }) {
@@ -129,7 +129,8 @@ export class WorktreeForm {
       await this.onCreate(this.name.value.trim());
       this.close();
     } catch (error) {
-      this.error(error.problems?.find((p) => p.name === 'worktree')?.error ?? error.message);
+      const problem = error.problems?.find((p) => p.name === 'worktree');
+      this.error(problem ? problemText({ error: problem.error }) : error.message);
     } finally {
       this.busy = false;
     }

@@ -418,12 +418,12 @@ class CommandLineTest(AdversarialCase):
         await self.save_rule("read", "private/**", "deny")
         build_tree(self.root, {"private/key.txt": "PRIVATE-KEY\n"}, {"keylink": "private/key.txt"})
         await self.run_table("1. command lines (deny rules)", [
-            *(bash(line, "deny", by="rule", says="denied by the project rule bash: rm *") for line in (
+            *(bash(line, "deny", by="rule", says="Denied by the project rule bash: rm *") for line in (
                 "rm x", "/bin/rm -rf x", "git status; rm -rf x", "git status $(rm x)", "sh -c 'rm x'",
                 "echo x | xargs rm", "find . -exec rm {} \\;", "eval rm x", "timeout 5 rm x",
                 "VAR=1 rm x", "git status\nrm x")),
             *(Case("read", {"path": path}, "deny", by="rule",
-                   says="denied by the project rule read: private/**", never=SECRETS + ("PRIVATE-KEY",))
+                   says="Denied by the project rule read: private/**", never=SECRETS + ("PRIVATE-KEY",))
               for path in ("private/key.txt", "src/../private/key.txt", "keylink")),
         ])
 

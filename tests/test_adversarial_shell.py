@@ -120,7 +120,7 @@ class PatternBoundaryTest(AdversarialCase):
         await self.save_rule("bash", "git fetch --upload-pack*", "deny")
         await self.save_rule("bash", "git fetch *")
         await self.run_table("pattern boundaries (deny)", [
-            bash(line, "deny", by="rule", says="denied by the project rule bash: git fetch --upload-pack*")
+            bash(line, "deny", by="rule", says="Denied by the project rule bash: git fetch --upload-pack*")
             for line in ("git fetch --upload-pa='touch x' origin", "git fetch --upload-pack 'touch x' .",
                          "git fetch --upload-pack='touch x'")])
 

@@ -60,6 +60,15 @@ class ConfigTest(unittest.TestCase):
             self.assertIn(message, str(caught.exception))
             self.assertNotIn("\n", str(caught.exception))
 
+    def test_bad_secret_value_not_echoed(self):
+        """A bad token or secret stops the start without its value in the message."""
+        for line, value in (("token = short-tok", "short-tok"), ("token = has a space in it at all", "has a space"),
+                            ("secret = tiny-secret", "tiny-secret")):
+            with self.assertRaises(ConfigError, msg=line) as caught:
+                load_config(self.write(f"[totem]\n{line}\n"))
+            self.assertIn(f"'{line.split()[0]}' must be", str(caught.exception))
+            self.assertNotIn(value, str(caught.exception))
+
     def test_unknown_key_refused(self):
         """A misspelt key is refused rather than silently ignored."""
         with self.assertRaises(ConfigError) as caught:

@@ -93,7 +93,7 @@ def test_all_projects_then_this_project_wins_then_cleared(live, page):
     # Out of range: the server's reason by the field, nothing changed.
     set_value(dialog, "steps", "5000")
     error = dialog.locator("[data-error-for=steps]")
-    expect(error).to_have_text("steps must be from 1 to 1000")
+    expect(error).to_have_text("Steps must be from 1 to 1000.")
     expect(steps).to_have_class(re.compile(r"\binvalid\b"))
     expect(steps.locator("input")).to_have_attribute("aria-invalid", "true")
     expect(dialog.locator("[data-error-for=commandtimeout]")).to_be_hidden()

@@ -432,7 +432,10 @@ def test_providers_dialog(live, page):
     assert [p["name"] for p in live.api("providers")] == ["Scripted"]
     page.keyboard.press("Escape")
     expect(dialog).to_be_hidden()
-    expect(page.locator("#model option", has_text="scripted-model")).to_have_count(1)
+    page.click("#model")
+    expect(page.locator("#model-list [role=option]", has_text="scripted-model")).to_have_count(1)
+    page.keyboard.press("Escape")
+    expect(page.locator("#model-popup")).to_be_hidden()
 
 
 def test_attachments_and_keyboard(live, page):
@@ -448,7 +451,7 @@ def test_attachments_and_keyboard(live, page):
     assert len(live.model.requests) == asked
 
     with page.expect_file_chooser() as chooser:
-        page.click("label:has-text('Attach')")
+        page.click("#attach")
     chooser.value.set_files(files=[{"name": "notes.txt", "mimeType": "text/plain", "buffer": b"remember me"}])
     page.evaluate("""() => {
         const data = new DataTransfer();

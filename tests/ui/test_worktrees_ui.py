@@ -171,7 +171,7 @@ def test_discard_a_worktree_and_a_left_over_one_with_their_confirmations(live, p
     block.get_by_role("button", name="Discard").click()
     dialog.get_by_role("button", name="Discard").click()
     expect(dialog).to_be_hidden()
-    expect(block.locator(".worktree-error")).to_have_text("the worktree folder is gone")
+    expect(block.locator(".worktree-error")).to_have_text("The worktree folder is gone.")
     expect(block.get_by_role("button", name="Merge")).to_have_count(0)
     assert not os.path.exists(worktree)
     assert git(root, "branch", "--list", "totem/*") == ""
@@ -210,7 +210,7 @@ def test_refused_merge_shows_the_reason_and_files_and_changes_nothing(live, page
     page.click("#new-worktree")
     page.locator("#worktree-name").fill("Too early")
     page.locator("#worktree-create").click()
-    expect(page.locator("#worktree-error")).to_have_text("the repository has no commit yet to start a branch from")
+    expect(page.locator("#worktree-error")).to_have_text("The repository has no commit yet to start a branch from.")
     expect(page.locator("#worktree-form")).to_be_visible()
     assert live.api("sessions", query=f"projectid={empty['id']}")["sessions"] == []
 
@@ -236,7 +236,7 @@ def test_refused_merge_shows_the_reason_and_files_and_changes_nothing(live, page
     refused = block.locator(".worktree-refused")
     expect(refused).to_be_visible()
     expect(refused.locator(".refused-reason")).to_have_text(re.compile(
-        r"^the project's folder has uncommitted changes to files the merge would change; commit or stash them first$"))
+        r"^The project's folder has uncommitted changes to files the merge would change; commit or stash them first\.$"))
     expect(refused.locator(".refused-files li")).to_have_text(["a.txt"])
     expect(refused).to_contain_text("Nothing was changed")
     shot(page, "worktree-merge-refused.png")
