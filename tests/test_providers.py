@@ -9,7 +9,8 @@ import socket
 
 from tests.model_server import ScriptedModel, models_fixture
 from tests.utils import MS, TotemCase, call
-from totem.agent.kinds import kind_named
+from totem.agent.kinds import Fetch, kind_named
+from totem.agent.kinds.base import price_of
 from totem.agent.kinds.ollama import MAX_OLLAMA_NUM_CTX
 from totem.agent.provider_errors import KIND_INVALID_REQUEST, ProviderError
 from totem.agent.providers import ModelError, ProviderTarget
@@ -22,13 +23,14 @@ TEMPLATE_URLS = {
     "openrouter": "https://openrouter.ai/api/v1", "openai": "https://api.openai.com/v1",
     "groq": "https://api.groq.com/openai/v1", "mistral": "https://api.mistral.ai/v1",
     "deepseek": "https://api.deepseek.com", "together": "https://api.together.xyz/v1",
+    "compatible": "http://127.0.0.1:8000/v1",
 }
 
 
-def model(ident, name=None, context=None, tools=None, reasoning=None, free=False):
+def model(ident, name=None, context=None, tools=None, reasoning=None, free=False, price=None):
     """A model as `available` lists it; tools and reasoning None: the provider does not say."""
     return {"id": ident, "name": name or ident, "context": context, "tools": tools, "reasoning": reasoning,
-            "free": free}
+            "free": free, "price": price}
 
 
 def closed_port_url() -> str:
@@ -76,13 +78,15 @@ class ProvidersCase(TotemCase):
 
 class TemplatesTest(ProvidersCase):
     async def test_templates_list_known_providers(self):
-        """Providers|templates lists the nine known providers with their default URLs."""
+        """Providers|templates lists the known providers and the generic OpenAI-compatible kind,
+        with their default URLs."""
         answer = await self.ask("providers_templates")
         self.assertEqual(answer.status, 200)
         templates = answer.json()
         self.assertEqual({t["kind"]: t["url"] for t in templates}, TEMPLATE_URLS)
         self.assertEqual([t["name"] for t in templates], ["Ollama", "llama.cpp", "LM Studio", "OpenRouter", "OpenAI",
-                                                          "Groq", "Mistral", "DeepSeek", "Together"])
+                                                          "Groq", "Mistral", "DeepSeek", "Together",
+                                                          "OpenAI-compatible"])
         for template in templates:
             self.assertEqual(set(template), {"id", "name", "kind", "url", "key", "local", "icon"})
             self.assertIn(template["key"], ("needed", "optional", "none"))
@@ -212,14 +216,17 @@ class RemoveTest(ProvidersCase):
 
 class AvailableTest(ProvidersCase):
     async def test_available_openrouter_reads_capabilities(self):
-        """OpenRouter: context_length, tools and reasoning from supported_parameters, free from pricing."""
+        """OpenRouter: context_length, tools and reasoning from supported_parameters, free and the
+        price (USD per token strings, kept per million tokens) from pricing."""
         self.model.serve_models("openrouter_api_v1_models")
         models = await self.available(url=self.model.url, kind="openrouter", key=KEY)
         self.assertEqual(models, [
-            model("qwen/qwen3-coder", "Qwen: Qwen3 Coder 480B A35B", 262144, tools=True, reasoning=False),
+            model("qwen/qwen3-coder", "Qwen: Qwen3 Coder 480B A35B", 262144, tools=True, reasoning=False,
+                  price={"input": 0.22, "output": 0.95}),
             model("qwen/qwen3-coder:free", "Qwen: Qwen3 Coder 480B A35B (free)", 262000, tools=True,
-                  reasoning=False, free=True),
-            model("deepseek/deepseek-r1-0528", "DeepSeek: R1 0528", 163840, tools=False, reasoning=True),
+                  reasoning=False, free=True, price={"input": 0.0, "output": 0.0}),
+            model("deepseek/deepseek-r1-0528", "DeepSeek: R1 0528", 163840, tools=False, reasoning=True,
+                  price={"input": 0.5, "output": 2.15}),
         ])
         request = self.requests_to("/v1/models")[0]
         self.assertEqual((request.method, request.headers["authorization"]), ("GET", f"Bearer {KEY}"))
@@ -272,6 +279,15 @@ class AvailableTest(ProvidersCase):
         self.assertEqual(models, [model("gpt-4.1-2025-04-14", context=1047576, tools=True, reasoning=False),
                                   model("o4-mini", context=200000, tools=True, reasoning=True)])
 
+    async def test_available_compatible_without_key(self):
+        """OpenAI-compatible: any server of that API, asked without a key (no Authorization)."""
+        self.model.serve_models("openai_v1_models")
+        models = await self.available(url=self.model.url, kind="compatible")
+        self.assertEqual([m["id"] for m in models], ["gpt-4.1-2025-04-14", "o4-mini"])
+        self.assertEqual(models[0]["context"], None)  # no hints: the server did not say
+        (request,) = self.model.requests
+        self.assertEqual((request.path, request.headers.get("authorization")), ("/v1/models", None))
+
     async def test_available_groq_skips_inactive_and_audio(self):
         """Groq: context_window; inactive and whisper models are left out."""
         self.model.serve_models("groq_models")
@@ -286,11 +302,13 @@ class AvailableTest(ProvidersCase):
         self.assertEqual(models, [model("mistral-large-latest", "mistral-large-2512", 262144, tools=True)])
 
     async def test_available_together_bare_array(self):
-        """Together: a bare array; chat models only, with display_name and context_length."""
+        """Together: a bare array; chat models only, with display_name, context_length and the
+        price (already USD per million tokens)."""
         self.model.serve_models("together_models")
         models = await self.available(url=self.model.url, kind="together", key=KEY)
         self.assertEqual(models, [model("Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8",
-                                        "Qwen3 Coder 480B A35B Instruct FP8", 262144)])
+                                        "Qwen3 Coder 480B A35B Instruct FP8", 262144,
+                                        price={"input": 2.0, "output": 2.0})])
 
     async def test_available_deepseek_hints(self):
         """DeepSeek: ids only; the V4 models think and call tools."""
@@ -387,10 +405,10 @@ class CatalogTest(ProvidersCase):
         self.assertEqual(catalog["models"], [
             {"id": f"{good['id']}/gpt-4.1-2025-04-14", "provider": {"id": good["id"], "name": "Good", "icon": "openai"},
              "model": "gpt-4.1-2025-04-14", "name": "gpt-4.1-2025-04-14", "context": 1047576,
-             "contextguessed": False, "tools": True, "reasoning": False, "free": False},
+             "contextguessed": False, "tools": True, "reasoning": False, "free": False, "price": None},
             {"id": f"{good['id']}/o4-mini", "provider": {"id": good["id"], "name": "Good", "icon": "openai"},
              "model": "o4-mini", "name": "o4-mini", "context": 200000, "contextguessed": False, "tools": True,
-             "reasoning": True, "free": False},
+             "reasoning": True, "free": False, "price": None},
         ])
         models = await self.ask("providers_models")
         self.assertEqual(models.status, 200)
@@ -460,6 +478,19 @@ class TargetTest(ProvidersCase):
         self.assertNotIn(KEY, repr(target))
         self.assertNotIn(KEY, str(target))
 
+    async def test_target_compatible_kind_saved_without_key(self):
+        """An OpenAI-compatible provider saved without a key: called on {url}/chat/completions of
+        its URL, without a key, with the OpenAI-compatible default window as a guess."""
+        self.model.serve_models("openai_v1_models")
+        saved = await self.save(name="Gateway", kind="compatible", url=self.model.url)
+        self.assertEqual((saved["kind"], saved["haskey"]), ("compatible", False))
+        target = await self.app.providers.target(f"{saved['id']}/o4-mini")
+        self.assertEqual((target.url, target.key, target.kind), (self.model.chat_url, None, kind_named("compatible")))
+        catalog = (await self.ask("providers_catalog")).json()
+        self.assertEqual(catalog["providers"][0]["kind"], "compatible")
+        entry = next(m for m in catalog["models"] if m["model"] == "o4-mini")
+        self.assertEqual((entry["context"], entry["contextguessed"]), (32768, True))
+
     async def test_target_context_from_cached_catalog(self):
         """Once the catalog has read the models, a target carries the model's window."""
         self.model.serve_models("openai_v1_models")
@@ -511,6 +542,74 @@ class TargetTest(ProvidersCase):
         [entry] = answer.json()
         self.assertEqual(entry["name"], "model")
         self.assertIn("there is no provider unknown", entry["error"])
+
+
+class PriceTest(ProvidersCase):
+    async def test_catalog_and_target_carry_the_price(self):
+        """The catalog shows each model's price; a target carries it (for the cost of its answers),
+        also once the cached list is older than its TTL, with the window, while the provider is
+        unchanged: a run started long after the catalog was read keeps the real window."""
+        self.model.serve_models("openrouter_api_v1_models")
+        saved = await self.save(name="OpenRouter", kind="openrouter", url=self.model.url, key=KEY)
+        models = (await self.ask("providers_models")).json()
+        self.assertEqual([(m["model"], m["price"]) for m in models],
+                         [("qwen/qwen3-coder", {"input": 0.22, "output": 0.95}),
+                          ("qwen/qwen3-coder:free", {"input": 0.0, "output": 0.0}),
+                          ("deepseek/deepseek-r1-0528", {"input": 0.5, "output": 2.15})])
+        target = await self.app.providers.target(f"{saved['id']}/deepseek/deepseek-r1-0528")
+        self.assertEqual((target.context, target.price), (163840, {"input": 0.5, "output": 2.15}))
+        self.app.providers.ttl = 0  # every list is stale at once
+        await self.save(id=saved["id"], name="OpenRouter", kind="openrouter", url=self.model.url)
+        await self.ask("providers_models")
+        lists = len(self.requests_to("/v1/models"))
+        target = await self.app.providers.target(f"{saved['id']}/qwen/qwen3-coder")
+        self.assertEqual((target.context, target.price), (262144, {"input": 0.22, "output": 0.95}))
+        self.assertEqual(len(self.requests_to("/v1/models")), lists)  # no list is fetched for a target
+
+    async def test_a_model_without_a_price_has_none(self):
+        """A provider that publishes no prices (OpenAI's list) gives `price: null`, and so does a
+        target of a model that is not in the list."""
+        self.model.serve_models("openai_v1_models")
+        saved = await self.save(name="OpenAI", kind="openai", url=self.model.url, key=KEY)
+        self.assertEqual({m["price"] for m in (await self.ask("providers_models")).json()}, {None})
+        self.assertIsNone((await self.app.providers.target(f"{saved['id']}/not-listed")).price)
+
+
+PRICES = [  # (prompt, completion, per tokens) as a provider says them -> the price per million tokens
+    ("0.00000022", "0.00000095", 1, {"input": 0.22, "output": 0.95}),  # OpenRouter: strings per token
+    ("0", "0", 1, {"input": 0.0, "output": 0.0}),  # a free model
+    (0.88, 0.88, 1_000_000, {"input": 0.88, "output": 0.88}),  # Together: numbers per 1M tokens
+    (2, 2, 1_000_000, {"input": 2.0, "output": 2.0}),
+    ("-1", "-1", 1, None),  # OpenRouter's router: the price varies
+    ("0.000001", None, 1, None),  # half a price is no price
+    (None, None, 1, None),
+    ("abc", "0.1", 1, None),
+    (True, 1, 1, None),
+    (float("nan"), 1, 1, None),
+    ("1e400", "1", 1, None),  # not a price a float can hold
+    ({"usd": 1}, 1, 1, None),
+]
+
+
+def test_price_of_reads_the_shapes_providers_send():
+    """Prices are kept in USD per million tokens; anything that is not a non-negative number for
+    both input and output is no price at all."""
+    for prompt, completion, per_tokens, expected in PRICES:
+        assert price_of(prompt, completion, per_tokens) == expected, (prompt, completion)
+
+
+def test_kinds_read_the_price_of_their_fixture():
+    """The models fixtures of OpenRouter and Together, read by their kinds."""
+    fetch = Fetch("http://127.0.0.1:1/v1", None, 1.0)
+    openrouter = kind_named("openrouter").read_models(models_fixture("openrouter_api_v1_models"), fetch)
+    assert [m["price"] for m in openrouter] == [{"input": 0.22, "output": 0.95}, {"input": 0.0, "output": 0.0},
+                                                 {"input": 0.5, "output": 2.15}]
+    together = kind_named("together").read_models(models_fixture("together_models"), fetch)
+    assert [(m["id"], m["price"]) for m in together] == [("Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8",
+                                                          {"input": 2.0, "output": 2.0})]
+    [entry] = copy.deepcopy(models_fixture("together_models"))[:1]
+    del entry["pricing"]
+    assert kind_named("together").read_models([entry], fetch)[0]["price"] is None
 
 
 class SecrecyTest(ProvidersCase):

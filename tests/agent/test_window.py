@@ -16,9 +16,13 @@ from totem.agent.context import (
     COMPACTED_INTRO,
     COMPACTION_INSTRUCTIONS,
     KEPT_STEPS,
+    WINDOW_SHARE,
     ContextFull,
+    conversation_order,
+    envelope,
     estimated_tokens,
     fit_window,
+    history_messages,
 )
 
 TOOLS = [{"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}]
@@ -55,6 +59,68 @@ def test_a_request_that_cannot_fit_says_so():
     with pytest.raises(ContextFull) as caught:
         fit_window(messages, TOOLS, 8192)
     assert "window" in str(caught.value)
+
+
+def test_a_latest_output_past_the_window_is_cut_not_compacted():
+    """One latest output larger than the window loses its middle to fit, with a note outside the
+    envelope; its head and tail (the envelope's tags) stay, and so does the earlier step."""
+    messages = conversation(2, 100)
+    marker = "ab" * 8
+    messages[-1] = messages[-1] | {"content": envelope("tool read", "H" * 5000 + "M" * 90_000 + "T" * 5000, marker)}
+    fitted, cut = fit_window(messages, TOOLS, 8192)
+    assert cut == 1
+    assert estimated_tokens(fitted, TOOLS) <= 8192 * WINDOW_SHARE
+    content = fitted[-1]["content"]
+    assert content.startswith(f'<data-{marker} source="tool read" trust="untrusted">\nHHH')
+    body, _, note = content.rpartition(f"</data-{marker}>\n")
+    assert body.endswith("TTT\n") and "\n[…]\n" in body
+    assert note.startswith("[") and "cut from its middle" in note and "read output" in note
+    assert fitted[:-1] == messages[:-1]
+
+
+def test_outputs_of_a_usual_size_are_not_cut():
+    """When the latest outputs are of a usual size, nothing is cut: the conversation is compacted."""
+    messages = conversation(2, 3000) + [{"role": "user", "content": "y" * 18_000}]
+    with pytest.raises(ContextFull):
+        fit_window(messages, TOOLS, 8192)
+
+
+def test_a_guessed_window_cuts_nothing():
+    """A window the provider does not state: old outputs are pruned, the latest left whole."""
+    messages = conversation(2, 100_000)
+    fitted, _pruned = fit_window(messages, TOOLS, 8192, known=False)
+    assert fitted[-1] == messages[-1]
+
+
+def stored(ident: str, role: str, text: str = "", **data) -> dict:
+    parts = [{"kind": "text", "text": text}] if text else []
+    return {"id": ident, "role": role, "data": data, "parts": parts}
+
+
+def test_a_queued_prompt_enters_the_conversation_when_its_run_begins():
+    """A prompt queued during a run is stored among that run's steps; the model reads it after
+    them (after the last answer stored before its own), and what was sent after them stays
+    after it, before its run has an answer and after."""
+    run = [stored("1", "user", "first"), stored("2", "assistant", "a", prompt="1"),
+           stored("3", "user", "queued"), stored("4", "user", "steer", steer=True),
+           stored("5", "assistant", "b", prompt="1"), stored("6", "user", "late steer", steer=True)]
+    assert [m["id"] for m in conversation_order(run)] == ["1", "2", "3", "4", "5", "6"]  # nothing names it yet
+    assert [m["id"] for m in conversation_order(run, "3")] == ["1", "2", "4", "5", "3", "6"]
+    answered = run + [stored("7", "assistant", "c", prompt="3")]
+    assert [m["id"] for m in conversation_order(answered, "3")] == ["1", "2", "4", "5", "3", "6", "7"]
+    assert [m["id"] for m in conversation_order(answered)] == ["1", "2", "4", "5", "3", "6", "7"]
+    texts = [m["content"] for m in history_messages(answered, {}, "ab" * 8)]
+    assert texts == ["first", "a", "steer", "b", "queued", "late steer", "c"]
+
+
+def test_a_prompt_in_its_place_does_not_move():
+    """A prompt and a steering message sent before its first answer keep their order; answers
+    from before the marks change nothing."""
+    fresh = [stored("1", "user", "x"), stored("2", "assistant", "y", prompt="1"), stored("3", "user", "go"),
+             stored("4", "user", "and this", steer=True)]
+    assert conversation_order(fresh, "3") is fresh
+    legacy = [stored("1", "user", "x"), stored("2", "assistant", "y"), stored("3", "user", "z")]
+    assert conversation_order(legacy, "3") is legacy
 
 
 class WindowCase(LoopCase):
@@ -115,31 +181,24 @@ class GuessedWindowTest(LoopCase):
 
 
 class CompactionTest(WindowCase):
-    async def test_a_long_session_compacts_and_goes_on(self):
-        """Eighty small steps in an 8K window: pruning is not enough, the model summarizes once
-        (no tools), the next request starts from the summary with the person's message whole,
-        every request stays under the window, and the run ends idle."""
-        with open(f"{self.project['path']}/big.txt", "w") as handle:
-            handle.write("".join(f"line {n}\n" for n in range(1, 200)))
-        self.model.script(*[reply(f"note {step}", tool_calls=[("read", {"path": "big.txt", "offset": step + 1,
-                                                                         "limit": 1})]) for step in range(80)],
-                          reply("done"))
-        self.app.runs.steps = 200
-        answer = await self.prompt("walk the file one line at a time")
+    async def test_a_compaction_answered_with_a_tool_call_runs_no_tool(self):
+        """A model that calls a tool when asked for a summary: nothing runs, the part closes as an
+        error, its text is the summary. (The long session that compacts on its own is
+        tests/agent/test_long_session.py.)"""
+        self.model.script(reply("first answer"), reply("the summary", tool_calls=[("bash", {"command": "rm -rf x"})]))
+        await self.prompt("hello there")
+        await self.wait_idle()
+        answer = await call(self.app, "sessions_compact", {}, ident=self.session["id"])
         self.assertEqual(answer.status, 200, answer.body)
-        await run_ended(self.app, self.session["id"])
-        session = (await call(self.app, "sessions_read", ident=self.session["id"])).json()
-        self.assertEqual(session["status"], "idle", session["error"])
-        chats = self.chats()
-        compactions = [i for i, r in enumerate(chats) if r.body["messages"][0]["content"] == COMPACTION_INSTRUCTIONS]
-        self.assertTrue(compactions, "no compaction happened")
-        self.assertEqual(chats[compactions[0]].body.get("tools") or [], [])
-        after = chats[compactions[0] + 1].body["messages"]
-        self.assertTrue(after[1]["content"].startswith(COMPACTED_INTRO))
-        self.assertEqual(after[2]["content"], "walk the file one line at a time")
-        self.assertLess(max(len(json.dumps(r.body)) / 3.5 for r in chats), 8192)
+        await self.wait_idle()
         messages = (await call(self.app, "sessions_messages", ident=self.session["id"])).json()["messages"]
-        self.assertTrue(any(m["data"].get("compaction") for m in messages))
+        summary = messages[-1]
+        self.assertTrue(summary["data"].get("compaction"))
+        [tool] = [part for part in summary["parts"] if part["kind"] == "tool"]
+        self.assertEqual((tool["status"], tool["data"]["error"]), ("error", "no tools while compacting"))
+        self.assertNotIn("output", tool["data"])
+        session = (await call(self.app, "sessions_read", ident=self.session["id"])).json()
+        self.assertEqual(session["status"], "idle")
 
     async def test_the_person_asks_for_a_compaction(self):
         """Sessions|compact summarizes now; the next prompt is sent from the summary."""

@@ -3,7 +3,7 @@
 Owns: the known providers (`providers.json` beside this file: data, not code); the saved
 providers with their key encrypted by the vault (write-only: no answer, message, log line or
 repr() ever holds a key); the models each one offers in one shape `{id, name, context, tools,
-reasoning, free}`, filtered and completed by its template; finding local servers (`detect`);
+reasoning, free, price}`, filtered and completed by its template; finding local servers (`detect`);
 the catalog of the models a session can use (cached in memory for CATALOG_TTL_SECONDS); and
 turning a model reference `"<providerid>/<model id>"` into a `ProviderTarget` the agent loop
 calls.
@@ -206,8 +206,9 @@ class Providers:
     async def available(self, url: str, kind: str, key: str | None = None, *,
                         timeout: float = MODELS_TIMEOUT_SECONDS) -> Models:
         """Every chat model the provider at `url` offers: [{id, name, context, tools, reasoning,
-        free}], read from the richest endpoint of its kind. `context` is None when the provider
-        does not say. Raises ValueError (unknown kind, bad URL) and ProviderError (the provider
+        free, price}], read from the richest endpoint of its kind. `context` is None when the
+        provider does not say, `price` ({input, output} in USD per million tokens) when it
+        publishes none. Raises ValueError (unknown kind, bad URL) and ProviderError (the provider
         failed or answered something that is not a models list); messages never hold the key."""
         template = self._by_kind.get(kind)
         if template is None:
@@ -259,8 +260,9 @@ class Providers:
     async def catalog(self) -> dict:
         """The models a session can use, from every saved provider, fetched concurrently:
         `{"providers": [{id, name, kind, icon, error}], "models": [{id: "<providerid>/<model>",
-        provider: {id, name, icon}, model, name, context, contextguessed, tools, reasoning, free}]}`
-        (`contextguessed`: the provider does not say, `context` is its kind's default). A provider that
+        provider: {id, name, icon}, model, name, context, contextguessed, tools, reasoning, free,
+        price}]}` (`contextguessed`: the provider does not say, `context` is its kind's default;
+        `price`: {input, output} in USD per million tokens, None when the provider gives none). A provider that
         fails is listed with `error` (a sentence) and no models; it never breaks the catalog.
         When a provider has a chosen list of models, only those are offered."""
         rows = await self.store.list_providers()
@@ -279,7 +281,8 @@ class Providers:
                 models.append({"id": f"{row['id']}/{model['id']}", "provider": brief, "model": model["id"],
                                "name": model["name"], "context": model["context"] or guess,
                                "contextguessed": model["context"] is None, "tools": model["tools"],
-                               "reasoning": model["reasoning"], "free": model["free"]})
+                               "reasoning": model["reasoning"], "free": model["free"],
+                               "price": model["price"]})
         return {"providers": providers, "models": models}
 
     async def models(self) -> Rows:
@@ -304,8 +307,9 @@ class Providers:
         may hold one, e.g. OpenRouter's "openai/gpt-4.1"), with the adapter of its kind. Raises
         ModelError for a malformed reference, an unknown provider or a key that cannot be
         decrypted; it does not check that the provider offers the model (the call will say).
-        `context` comes from the cached models list (None when it is not cached); only a kind
-        that must size the window itself (Ollama) costs a request, and only without the cache."""
+        `context` and `price` come from the cached models list (None when it is not cached);
+        only a kind that must size the window itself (Ollama) costs a request, and only without
+        the cache."""
         if not isinstance(model_ref, str):
             raise ModelError("choose a model: '<provider>/<model>'")
         providerid, slash, model = model_ref.partition("/")
@@ -322,15 +326,20 @@ class Providers:
         if kind is None:
             raise ModelError(f"provider {row['name']} is of a kind Totem no longer speaks ({row['kind'][:64]})")
         fetch = Fetch(row["url"], key, TARGET_LOOKUP_TIMEOUT_SECONDS)
-        context = await kind.context_window(fetch, model, self._cached_context(row, model))
-        return ProviderTarget(row["id"], kind.chat_url(row["url"]), model, kind, key, context)
+        listed = self._cached_model(row, model)
+        context = await kind.context_window(fetch, model, listed["context"] if listed else None)
+        return ProviderTarget(row["id"], kind.chat_url(row["url"]), model, kind, key, context,
+                              listed["price"] if listed else None)
 
-    def _cached_context(self, row: dict, model: str) -> int | None:
-        """The window of a model from a fresh cached models list, without a network call: a run
-        must not wait for (or be slowed by) a list that may be a megabyte."""
+    def _cached_model(self, row: dict, model: str) -> ModelInfo | None:
+        """A model as the cached models list of its provider describes it, without a network
+        call: a run must not wait for (or be slowed by) a list that may be a megabyte. A list
+        older than the TTL still serves while the provider is unchanged: a model's window and
+        price outlive the cache, and a run started long after the catalog was read must not
+        fall back to a guessed window (issue 20)."""
         cached = self._cache.get(row["id"])
-        if cached and cached[0] > time.monotonic() and cached[1] == (row["url"], row["kind"], row["updated"]):
-            return next((m["context"] for m in cached[2] if m["id"] == model), None)
+        if cached and cached[1] == (row["url"], row["kind"], row["updated"]):
+            return next((m for m in cached[2] if m["id"] == model), None)
         return None
 
 

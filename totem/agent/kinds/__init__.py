@@ -19,6 +19,7 @@ from .openai import LlamaCpp, LmStudio, OpenAICompatible, OpenRouter, Together
 KINDS: Mapping[str, ProviderKind] = MappingProxyType({kind.name: kind for kind in (
     OllamaNative(), LlamaCpp(), LmStudio(), OpenRouter(), OpenAICompatible("openai"),
     OpenAICompatible("groq"), OpenAICompatible("mistral"), OpenAICompatible("deepseek"), Together(),
+    OpenAICompatible("compatible"),
 )})
 
 __all__ = ["KINDS", "AnswerDecoder", "ChatMessage", "Fetch", "ModelInfo", "ProviderKind", "ProviderTarget",

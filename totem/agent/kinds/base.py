@@ -5,7 +5,7 @@ loop reach a provider without asking which kind it is; `AnswerDecoder`, the fram
 streamed answer into the chat accumulator; `ProviderTarget`, where and how to call one model;
 `Fetch`, which GETs and POSTs JSON with a provider's key (for the models endpoints); and the small
 readers that the models lists of several kinds share (`model_info`, `entries`, `positive`,
-`as_object`, `as_list`, `server_root`, `shape_error`).
+`price_of`, `as_object`, `as_list`, `server_root`, `shape_error`).
 
 Must not: know any one kind (kinds/openai.py and kinds/ollama.py do), stream (client.py does),
 touch the store, or put a key anywhere but in an Authorization header.
@@ -13,8 +13,10 @@ touch the store, or put a key anywhere but in an Authorization header.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 from urllib.parse import urlsplit
 
@@ -26,14 +28,24 @@ if TYPE_CHECKING:
 
 # OpenRouter's list is about a megabyte; past this the answer is not a models list.
 MAX_MODELS_BYTES = 16 * 1024 * 1024
+# Prices are kept in USD per this many tokens, the unit in which providers publish them.
+PRICE_TOKENS = 1_000_000
 
 # One chat message in the OpenAI shape that context.py builds; each kind reshapes it for its wire.
 ChatMessage = dict[str, Any]
 
 
+class Price(TypedDict):
+    """What a model costs, in USD per million tokens (PRICE_TOKENS) read and written."""
+
+    input: float
+    output: float
+
+
 class ModelInfo(TypedDict):
     """One model as every models endpoint is read: None for tools, reasoning or free means the
-    endpoint does not say (the template's hints or defaults fill it in)."""
+    endpoint does not say (the template's hints or defaults fill it in); `price` is None when
+    the provider publishes none for it (or says it varies)."""
 
     id: str
     name: str
@@ -41,6 +53,7 @@ class ModelInfo(TypedDict):
     tools: bool | None
     reasoning: bool | None
     free: bool | None
+    price: Price | None
 
 
 class AnswerDecoder(Protocol):
@@ -116,6 +129,7 @@ class ProviderTarget:
     kind: ProviderKind
     key: str | None = field(default=None, repr=False)
     context: int | None = None
+    price: Price | None = None  # from the catalog, when it gives one: an answer's cost
 
 
 class Fetch:
@@ -177,9 +191,31 @@ def positive(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
+def price_of(prompt: Any, completion: Any, per_tokens: int) -> Price | None:
+    """The price `{input, output}` in USD per PRICE_TOKENS tokens of a model whose provider says
+    `prompt` and `completion` USD per `per_tokens` tokens (numbers, or decimal strings as
+    OpenRouter sends them). None unless both are non-negative numbers: OpenRouter says -1 for a
+    price that varies (its router), and a missing price is not a free model."""
+    def read(value: Any) -> Decimal | None:
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            return None
+        try:
+            amount = Decimal(str(value).strip())
+        except InvalidOperation:
+            return None
+        return amount if amount.is_finite() and amount >= 0 else None
+
+    given_in, given_out = read(prompt), read(completion)
+    if given_in is None or given_out is None:
+        return None
+    scale = Decimal(PRICE_TOKENS) / Decimal(per_tokens)
+    price = Price(input=float(given_in * scale), output=float(given_out * scale))
+    return price if math.isfinite(price["input"]) and math.isfinite(price["output"]) else None
+
+
 def model_info(ident: str, name: Any = None, context: Any = None, tools: bool | None = None,
-               reasoning: bool | None = None, free: bool | None = None) -> ModelInfo:
+               reasoning: bool | None = None, free: bool | None = None, price: Price | None = None) -> ModelInfo:
     """One model; a name that is not a string is its id, a context that is not a positive
     integer is None."""
     return {"id": ident, "name": name if isinstance(name, str) and name else ident,
-            "context": positive(context), "tools": tools, "reasoning": reasoning, "free": free}
+            "context": positive(context), "tools": tools, "reasoning": reasoning, "free": free, "price": price}

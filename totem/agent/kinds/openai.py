@@ -1,5 +1,6 @@
-"""The OpenAI-compatible kinds: OpenAI, Groq, Mistral, DeepSeek and Together, OpenRouter, and
-the local llama.cpp and LM Studio servers.
+"""The OpenAI-compatible kinds: OpenAI, Groq, Mistral, DeepSeek and Together, OpenRouter, any
+other server of that API (`compatible`: its URL is the API root, its key optional), and the local
+llama.cpp and LM Studio servers.
 
 Owns what they share on the wire (POST `{base}/chat/completions` answered as server-sent
 events, `stream_options.include_usage`, `reasoning_effort`, tool-call arguments as JSON text)
@@ -29,6 +30,7 @@ from .base import (
     entries,
     model_info,
     positive,
+    price_of,
     server_root,
 )
 
@@ -43,6 +45,9 @@ REASONING_DETAILS = "reasoning_details"
 OPENROUTER_HEADERS = {"X-Title": "Totem"}
 # Together lists image, audio and embedding models beside the chat ones.
 TOGETHER_CHAT_TYPES = ("chat", "language", "code")
+# The tokens each one's prices are for (fixtures/providers/together.md, openrouter.md).
+TOGETHER_PRICE_TOKENS = 1_000_000
+OPENROUTER_PRICE_TOKENS = 1
 
 
 class SseAnswer:
@@ -138,7 +143,7 @@ class OpenAICompatible:
 
 
 class Together(OpenAICompatible):
-    """Together: a bare list with each model's type and prices."""
+    """Together: a bare list with each model's type and prices (numbers, USD per 1M tokens)."""
 
     def __init__(self) -> None:
         super().__init__("together")
@@ -151,6 +156,7 @@ class Together(OpenAICompatible):
         pricing = item.get("pricing")
         if found is not None and isinstance(pricing, dict):
             found["free"] = all(pricing.get(k) == 0 for k in ("input", "output", "hourly"))
+            found["price"] = price_of(pricing.get("input"), pricing.get("output"), TOGETHER_PRICE_TOKENS)
         return found
 
 
@@ -173,7 +179,8 @@ class OpenRouter(OpenAICompatible):
 
     def read_model(self, item: dict[str, Any]) -> ModelInfo | None:
         """An entry of GET /api/v1/models: context_length, supported_parameters (tools, reasoning)
-        and pricing (strings of USD per token; free when prompt and completion are 0)."""
+        and pricing (strings of USD per token, -1 when it varies; free when prompt and
+        completion are 0)."""
         outputs = as_object(item.get("architecture")).get("output_modalities")
         if isinstance(outputs, list) and "text" not in outputs:
             return None  # image generators
@@ -181,7 +188,8 @@ class OpenRouter(OpenAICompatible):
         pricing = as_object(item.get("pricing"))
         free = _is_zero(pricing.get("prompt")) and _is_zero(pricing.get("completion"))
         return model_info(item["id"], item.get("name"), item.get("context_length"), "tools" in parameters,
-                          "reasoning" in parameters or "include_reasoning" in parameters, free)
+                          "reasoning" in parameters or "include_reasoning" in parameters, free,
+                          price_of(pricing.get("prompt"), pricing.get("completion"), OPENROUTER_PRICE_TOKENS))
 
 
 class LlamaCpp(OpenAICompatible):

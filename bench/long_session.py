@@ -1,0 +1,148 @@
+"""Benchmark of a long session (issue 20): two hundred tool steps with an 8K window.
+
+Spawns the real server (bench/startup.py's `running_server`) and, in this process, the scripted
+model of bench/agent.py (`TimedModel`: it notes when each chat request was read whole and when
+the last byte of its answer was written, on this process's clock) with an OpenRouter models list
+that gives the model an 8192-token window and a price. The session is the one of
+tests/agent/test_long_session.py: reads of 30 lines of a large file, a `seq` command every tenth
+step, one read of the whole file; the model answers each compaction request (the one Totem sends
+without tools) with a short summary. It measures and reports; it asserts nothing.
+
+Figures, at steps 1, 50 and 200 (step N: the N-th answer with a tool call):
+- the request that answer was for: its body in bytes as the model received it, and its size in
+  tokens by Totem's own estimate (context.estimated_tokens, JSON length / CHARS_PER_TOKEN);
+- server time after it: from the last byte of that answer written by the model to the next chat
+  request read whole by the model (the tool run, storage, reading the history, pruning, building
+  and sending the request; a compaction request when one comes next). This is the time the
+  server spends between the model's final chunk of step N and its request N+1, on loopback;
+- over the whole session: the median and the largest of that time, the number of compactions,
+  the largest request, and the session's token totals and cost as Sessions|read sums them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+
+from agent import API_TIMEOUT_S, Bench, TimedModel, api
+from startup import HOST, ROOT, BenchError, running_server, server_env, wait_until_ready
+from websockets.asyncio.client import connect as ws_connect
+
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from tests.model_server import MODEL_ID, reply
+from totem.agent.context import estimated_tokens
+
+WINDOW = 8192
+STEPS = 200
+SHOWN_STEPS = (1, 50, 200)
+BIG_READ_AT = 120  # this step reads the whole file: far more than the window holds
+FILE_LINES = 2000
+WHOLE = 1 << 20  # each answer leaves in one write: the server never waits for the rest of it
+SUMMARY = "Summary: the person wants big.txt and the counts walked through; parts read so far are noted."
+PRICE = {"prompt": "0.000003", "completion": "0.000015"}  # USD per token, as OpenRouter says it
+PROMPT = "Walk through big.txt and the counts, a part at a time, and tell me what you find."
+
+
+class LongModel(TimedModel):
+    """TimedModel that answers every compaction request (no tools) with a summary, whatever the
+    script holds next, as a real model would."""
+
+    async def _respond(self, request, reader, writer) -> None:
+        if is_chat(request) and not is_step(request):
+            self._script.appendleft(reply(SUMMARY, max_piece=WHOLE))
+        await super()._respond(request, reader, writer)
+
+
+def is_chat(request) -> bool:
+    return request.method == "POST" and request.path.endswith("/chat/completions")
+
+
+def is_step(request) -> bool:
+    """A request of a step (with the tools), not a compaction (Totem asks for those without)."""
+    return bool((request.body or {}).get("tools"))
+
+
+def steps_script() -> list:
+    answers = []
+    for step in range(STEPS):
+        if step == BIG_READ_AT:
+            call = ("read", {"path": "big.txt"})
+        elif step % 10 == 5:
+            call = ("bash", {"command": f"seq {step * 1000} {step * 1000 + 300}"})
+        else:
+            call = ("read", {"path": "big.txt", "offset": (step * 30) % 1900 + 1, "limit": 30})
+        answers.append(reply(f"step {step}", tool_calls=[call], max_piece=WHOLE))
+    return answers + [reply("done walking", max_piece=WHOLE)]
+
+
+async def measure(port: int, project_dir: str) -> list[tuple]:
+    async with LongModel() as model:
+        model.serve_json("GET", "/v1/models", {"data": [
+            {"id": MODEL_ID, "name": "Scripted", "context_length": WINDOW, "pricing": PRICE,
+             "supported_parameters": ["tools"], "architecture": {"output_modalities": ["text"]}}]})
+        provider = await api(port, "providers_save", {"name": "Bench", "kind": "openrouter", "url": model.url,
+                                                      "key": "sk-or-bench-0123456789"})
+        project = await api(port, "projects_open", {"path": project_dir})
+        await api(port, "permissions_save", {"projectid": project["id"], "tool": "bash", "pattern": "seq *",
+                                             "action": "allow"})
+        catalog = await api(port, "providers_catalog")
+        if [m["context"] for m in catalog["models"]] != [WINDOW]:
+            raise BenchError(f"the catalog does not give the {WINDOW}-token window: {catalog}")
+        async with ws_connect(f"ws://{HOST}:{port}/ws/", compression=None, open_timeout=API_TIMEOUT_S) as ws:
+            bench = Bench(port, model, ws, project, f"{provider['id']}/{MODEL_ID}")
+            await api(port, "settings_save", {"scope": "all", "key": "steps", "value": STEPS + 1})
+            sessionid = await bench.new_session()
+            first = len(model.requests)
+            await bench.run(sessionid, *steps_script())
+            session = await api(port, "sessions_read", ident=sessionid)
+    if model.errors:
+        raise BenchError(f"the scripted model saw bad requests: {model.errors[:3]!r}")
+    chats = [request for request in model.requests[first:] if is_chat(request)]
+    ends, arrivals = model.ends[-len(chats):], model.arrivals[-len(chats):]
+    steps = [index for index, request in enumerate(chats) if is_step(request)]
+    if len(steps) != STEPS + 1:
+        raise BenchError(f"{len(steps)} step requests, not {STEPS + 1}")
+    gaps = [(arrivals[index + 1] - ends[index]) / 1e6 for index in steps[:STEPS]]
+    rows = []
+    for shown in SHOWN_STEPS:
+        request = chats[steps[shown - 1]]
+        tokens = estimated_tokens(request.body["messages"], request.body.get("tools") or [])
+        rows += [(f"long session: step {shown}, request body", len(request.raw_body), "bytes", "", None),
+                 (f"long session: step {shown}, request, Totem's estimate", tokens, "tokens",
+                  f"<= {int(WINDOW * 0.75):,} (3/4 of {WINDOW:,})", tokens <= WINDOW * 0.75),
+                 (f"long session: step {shown}, server time, answer's last byte to next request",
+                  gaps[shown - 1], "ms", "", None)]
+    largest = max(len(request.raw_body) for request in chats)
+    totals = session["tokens"]
+    rows += [(f"long session: server time per step, median of {STEPS}", statistics.median(gaps), "ms", "", None),
+             (f"long session: server time per step, largest of {STEPS}", max(gaps), "ms", "", None),
+             ("long session: compactions", len(chats) - len(steps), "", "", None),
+             ("long session: largest request body", largest, "bytes", "", None),
+             ("long session: tokens summed by Sessions|read (scripted usage)", totals["input"] + totals["output"],
+              "tokens", "", None),
+             ("long session: cost summed by Sessions|read", totals.get("cost", "n/a"), "USD", "", None)]
+    return rows
+
+
+def main() -> list[tuple]:
+    with (tempfile.TemporaryDirectory(prefix="totem-bench-pyc-") as pycache,
+          tempfile.TemporaryDirectory(prefix="totem-bench-project-") as project_dir):
+        with open(os.path.join(project_dir, "big.txt"), "w", encoding="utf-8") as handle:
+            handle.writelines(f"line {n} " + "z" * 60 + "\n" for n in range(1, FILE_LINES + 1))
+        with running_server(server_env(pycache)) as server:
+            wait_until_ready(server)
+            try:
+                return asyncio.run(measure(server.port, os.path.realpath(project_dir)))
+            except BenchError as exc:
+                raise BenchError(f"{exc}\nserver log:\n{server.log_tail()}") from None
+
+
+if __name__ == "__main__":
+    for row in main():
+        print(json.dumps(row))
