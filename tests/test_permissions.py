@@ -760,8 +760,8 @@ PROBLEMS = [
     (("bash", "ls", "maybe"), [("action", "must be allow, ask or deny")]),
     (("", "ls", "allow"), [("tool", "is required")]),
     (("shell", "ls", "allow"), [("tool", "must be * or one of: read, glob, grep, skill, todo, "
-                                         "ask, fetch, write, edit, patch, bash, mcp, mcp-start, "
-                                         "jobstop")]),
+                                         "ask, task, fetch, write, edit, patch, bash, mcp, mcp-start, "
+                                         "jobstop, mcp_schema")]),
     (("bash", "ls\x00", "allow"), [("pattern", "must not contain a NUL character")]),
     (("bash", "ls\n-la", "allow"), [("pattern", "must not contain control characters")]),
     (("bash", "x" * (MAX_PATTERN_CHARS + 1), "allow"),

@@ -440,16 +440,15 @@ class TruthfulSurfacesTest(TotemCase):
         answer = await request(self.app, "GET", "/api/account")
         capabilities = answer.json()["capabilities"]
         self.assertIs(capabilities["mcp"], True)  # configured on here, and built
-        for name in ("forge",):
-            self.assertIs(capabilities.get(name, False), False, name)
-        for name in ("jobs", "attachments", "questions", "todos", "terminal", "undo", "fork", "schedules", "worktrees"):
+        for name in ("jobs", "attachments", "questions", "todos", "terminal", "undo", "fork", "schedules", "worktrees",
+                     "commands", "mcpservers", "subagents", "forge"):
             self.assertIs(capabilities[name], True, name)
         self.assertNotIn("forgedocs", capabilities)
 
 
 class ConfigDocsTest(unittest.TestCase):
     # The keys that config.py accepts and nothing reads yet: their features are not built.
-    NOT_YET = ("forgemcp", "forgeurl", "forgedocs", "forge")
+    NOT_YET: tuple[str, ...] = ()
 
     def test_keys_that_do_nothing_say_not_yet(self):
         """config.ini's comment and the README's row of each key that does nothing yet say so,

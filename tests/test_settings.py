@@ -29,7 +29,8 @@ class LayersTest(SettingsCase):
         fresh = await self.read(sessionid=sid)
         self.assertEqual({k: (v["value"], v["source"]) for k, v in fresh.items()},
                          {"steps": (50, "config"), "commandtimeout": (120, "config"), "outputcap": (30000, "config"),
-                          "temperature": (None, "config")})
+                          "temperature": (None, "config"), "forge": (True, "config"),
+                          "forgedocs": (True, "config"), "selfcheck": (False, "config")})
         await self.save(scope="all", key="steps", value=40)
         self.assertEqual((await self.read(sessionid=sid))["steps"], fresh["steps"] | {"value": 40, "source": "all"})
         await self.save(scope="project", projectid=pid, key="steps", value=30)
@@ -54,6 +55,11 @@ class LayersTest(SettingsCase):
                             ({"scope": "all", "key": "steps", "value": 0}, "value"),
                             ({"scope": "all", "key": "steps", "value": 1001}, "value"),
                             ({"scope": "all", "key": "temperature", "value": 2.5}, "value"),
+                            ({"scope": "all", "key": "selfcheck", "value": "yes"}, "value"),
+                            ({"scope": "all", "key": "forgedocs", "value": 1}, "value"),
+                            ({"scope": "all", "key": "forge", "value": None}, "value"),
+                            ({"scope": "all", "key": "forgeurl", "value": "http://x"}, "key"),
+                            ({"scope": "all", "key": "forgemcp", "value": True}, "key"),
                             ({"scope": "all", "key": "steps", "value": None}, "value"),
                             ({"scope": "all", "key": "steps"}, "value"),
                             ({"scope": "all", "key": "steps", "value": 5, "projectid": pid}, "scope"),

@@ -21,9 +21,13 @@ from .auth import Perimeter
 from .changes import Changes
 from .config import Config, ConfigError, default_config_path, load_config
 from .events import Hub
+from .forge import ForgeDocs
 from .httpd import HttpServer
 from .jobs import Jobs
+from .mcp.definitions import forge_definition
 from .mcp.server import McpServer
+from .mcp.servers import McpServers
+from .project_servers import ProjectServersService
 from .projects import Projects
 from .providers_service import ProvidersService
 from .routes import Router
@@ -53,6 +57,7 @@ class Services:
     changes: Changes
     schedules: Schedules
     settings: Settings
+    servers: ProjectServersService
 
 
 class App:
@@ -69,8 +74,11 @@ class App:
         self.perimeter = Perimeter(config, self.store)
         self.jobs = Jobs(self.store.ids.new, provider_service.scrubber)
         self.snapshots = Snapshots(self.store, self.hub, config.data, config.snapshotmb * 1024 * 1024)
+        self.mcp_clients = McpServers()  # the project MCP servers that runs start
         self.runs = Runs(self.store, self.hub, self.providers, default_registry(), config.steps, config.rules,
-                         self.jobs, provider_service.scrubber, snapshots=self.snapshots)
+                         self.jobs, provider_service.scrubber, snapshots=self.snapshots, mcp=self.mcp_clients,
+                         forge=ForgeDocs(config.data, config.forgeurl),
+                         forge_mcp=forge_definition(config.forgeurl) if config.forgemcp and config.forge else None)
         self.terminals = Terminals(self.hub, provider_service.scrubber, config.terminalshell)
         settings = Settings(self.store, config)
         sessions = Sessions(self.store, self.hub, self.runs, self.jobs, self.providers, self.terminals, config.data,
@@ -80,7 +88,8 @@ class App:
                                  providers=provider_service,
                                  changes=Changes(self.store, self.hub, self.snapshots, self.runs, self.jobs),
                                  schedules=Schedules(self.store, self.hub, sessions, self.providers),
-                                 settings=settings)
+                                 settings=settings,
+                                 servers=ProjectServersService(self.store, self.mcp_clients))
         # POST /$mcp/, only when config.ini says mcp = true.
         self.mcp = McpServer(self.services) if config.mcp else None
         self.router = Router(self, static_dir)
@@ -132,6 +141,13 @@ class App:
         await self.store.close()
 
 
+def startup_line(url: str, token: bool) -> str:
+    """What the start prints: where Totem listens and, with a token, the page to sign in at."""
+    if token:
+        return f"Totem is listening on {url}/ (sign in at {url}/login with the access token)"
+    return f"Totem is listening on {url}/"
+
+
 async def serve(config: Config) -> None:
     """Run until SIGINT or SIGTERM."""
     stop = asyncio.Event()
@@ -141,7 +157,7 @@ async def serve(config: Config) -> None:
     app = App(config)
     await app.start()
     # Printed once a stop signal is handled: whoever waits for this line may stop us at once.
-    print(f"Totem is listening on {app.url}/", flush=True)
+    print(startup_line(app.url, bool(config.token)), flush=True)
     try:
         await stop.wait()
     finally:

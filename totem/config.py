@@ -99,6 +99,9 @@ class Key:
     default: str
 
 
+# The keys whose values are secrets: never quoted back in an error.
+SECRET_KEYS = frozenset({"token", "secret"})
+
 # Every key of [totem]; the README and config.ini describe each one.
 KEYS = (
     Key("listen", _parse_address, "127.0.0.1"),
@@ -114,6 +117,7 @@ KEYS = (
     Key("forgeurl", _parse_url, "https://docs.totaljs.com"),
     Key("forgedocs", _parse_bool, "true"),
     Key("forge", _parse_bool, "true"),
+    Key("selfcheck", _parse_bool, "false"),
     Key("headtimeout", _int_range(1, 300), "10"),
     Key("bodytimeout", _int_range(1, 3600), "60"),
     Key("keepalive", _int_range(1, 3600), "30"),
@@ -145,6 +149,7 @@ class Config:
     forgeurl: str
     forgedocs: bool
     forge: bool
+    selfcheck: bool
     headtimeout: int
     bodytimeout: int
     keepalive: int
@@ -208,7 +213,9 @@ def parse_values(raw: dict[str, str], base_dir: str, raw_rules: dict[str, str] |
         try:
             values[key.name] = key.parse(text)
         except ValueError as exc:
-            raise ConfigError(f"config: '{key.name}' must be {exc}, not {text.strip()!r}") from None
+            # A secret's bad value is not echoed: the line may end up in a log or on a screen.
+            shown = "" if key.name in SECRET_KEYS else f", not {text.strip()!r}"
+            raise ConfigError(f"config: '{key.name}' must be {exc}{shown}") from None
     if not os.path.isabs(values["data"]):
         values["data"] = os.path.join(base_dir, values["data"] or "data")
     values["rules"] = tuple(parse_rule(name, text) for name, text in (raw_rules or {}).items())

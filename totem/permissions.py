@@ -155,6 +155,8 @@ _ENV_FINE = (".env.example", ".env.sample", ".env.template")
 
 _DEFAULT_RULES = (
     *(_default(tool, "**", "allow") for tool in ("read", "glob", "grep", "skill", "todo", "ask")),
+    _default("mcp_schema", "*", "allow"),  # the schemas of tools already started: reads nothing
+    _default("task", "*", "allow"),  # a sub-agent: each of its calls is decided on its own
     *(_default("read", f"**/{name}", "ask") for name in _ENV_NAMES),
     *(_default("read", f"**/{name}", "allow") for name in _ENV_FINE),
     *(_default(tool, "**", "ask") for tool in ("write", "edit", "patch")),
@@ -183,10 +185,10 @@ def decide(call: Call, rules: Sequence[Rule]) -> Decision:
     Raises ValueError for a rule with an unknown action or layer (rule_problems() keeps them out).
     """
     if call.outside:
-        return Decision("deny", "denied: the path is outside the project")
+        return Decision("deny", "the path is outside the project")
     kind = call.kind
     if call.mode != "build" and kind.changes:
-        return Decision("deny", f"denied: plan mode does not allow {call.tool} (it changes files "
+        return Decision("deny", f"plan mode does not allow {call.tool} (it changes files "
                                 "or runs a command)")
     for rule in rules:
         if rule.action not in ACTIONS or rule.layer not in LAYERS:

@@ -1,4 +1,5 @@
-"""The project use cases: list, open a folder, remove, the file tree and the git state.
+"""The project use cases: list, open a folder, remove, the file tree, the git state, and the
+project's commands and agents.
 
 Owns what each use case means, whoever calls it: a project is a real, readable folder named by
 an absolute path (links resolved), opening it again gives the same project, and removing one
@@ -16,7 +17,7 @@ import os
 import stat
 from typing import Any
 
-from . import worktrees
+from . import project_commands, totaljs, worktrees
 from .boundary import BoundaryError, is_protected_env, real_root, relative_path, resolve_inside
 from .errors import ApiError, BadRequest, NotFound
 from .git import GitError, folder_status
@@ -56,9 +57,13 @@ class Projects:
             raise NotFound(("id", f"no project {projectid}"))
         return project
 
-    async def list(self) -> list[Project]:
-        """Every project, the most recently opened first."""
-        return [project_view(row) for row in await self.store.list_projects()]
+    async def list(self) -> list[dict]:
+        """Every project, the most recently opened first, each with `totaljs` (and
+        `totaljsversion`, 4, 5 or None): whether it is a Total.js project (totaljs.detect)."""
+        rows = await self.store.list_projects()
+        found = await asyncio.to_thread(lambda: [totaljs.detect(row["path"]) for row in rows])
+        return [project_view(row) | {"totaljs": detection.totaljs, "totaljsversion": detection.version}
+                for row, detection in zip(rows, found, strict=True)]
 
     async def open(self, path: str) -> Project:
         """The project of a folder (`~` expanded, links resolved), created when new; opening an
@@ -92,13 +97,7 @@ class Projects:
         where that session works (its worktree when it has one). Raises NotFound, BadRequest
         (outside the project, inside .git, not a folder, unreadable)."""
         project = await self.get(projectid)
-        root = project["path"]
-        if sessionid:
-            session = await self.store.get_session(sessionid)
-            if session is None or session["projectid"] != project["id"]:
-                raise NotFound(("sessionid", f"no session {sessionid} in this project"))
-            if session["worktree"] and os.path.isdir(session["worktree"]):
-                root = session["worktree"]
+        root = await self._folder(project, sessionid)
         try:
             folder = resolve_inside(root, path or ".")
         except BoundaryError as exc:
@@ -112,6 +111,27 @@ class Projects:
         except OSError as exc:
             raise BadRequest(("path", f"{path or '.'} cannot be read: {exc.strerror}")) from None
         return {"path": relative_path(root, folder), "items": items, "more": more}
+
+    async def _folder(self, project: ProjectRow, sessionid: str | None) -> str:
+        """The project's folder, or with `sessionid` the folder where that session works (its
+        worktree when it has one). Raises NotFound (no such session in the project)."""
+        if not sessionid:
+            return project["path"]
+        session = await self.store.get_session(sessionid)
+        if session is None or session["projectid"] != project["id"]:
+            raise NotFound(("sessionid", f"no session {sessionid} in this project"))
+        if session["worktree"] and os.path.isdir(session["worktree"]):
+            return session["worktree"]
+        return project["path"]
+
+    async def commands(self, projectid: str, sessionid: str | None = None) -> dict:
+        """`{commands: [{name, file, description, model, mode, agent, arguments}], agents: [{name,
+        file, description, model, mode, tools}], invalid: [{file, error}]}`: the `.totem/commands`
+        and `.totem/agents` of the project (of the folder a session works in, with `sessionid`);
+        a file that cannot be used is listed in `invalid` with why. Raises NotFound."""
+        project = await self.get(projectid)
+        root = real_root(await self._folder(project, sessionid))
+        return (await asyncio.to_thread(project_commands.read_listing, root)).view()
 
     async def git(self, projectid: str) -> dict:
         """`{repository, branch, files: [{path, status, staged}], more}` of the folder. Raises

@@ -12,6 +12,8 @@ from .api import (
     build_table,
     call_action,
     folders,
+    mcpservers,
+    openapi,
     permissions,
     projects,
     providers,
@@ -33,7 +35,8 @@ PAGE_METHODS = ("GET", "HEAD")
 
 
 def action_table() -> dict:
-    return build_table(account, projects, folders, sessions, terminal, schedules, settings, providers, permissions)
+    return build_table(account, projects, mcpservers, folders, sessions, terminal, schedules, settings, providers,
+                       permissions, openapi)
 
 
 def redirect(location: str) -> Response:

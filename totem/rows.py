@@ -31,6 +31,7 @@ class SessionRow(TypedDict):
     error: str | None
     redo: str | None  # JSON of what the last undo took away, for redo
     schedule: str | None  # the schedule this session is a run of
+    parent: str | None  # the session whose run handed it its work (a sub-agent's)
 
 
 class PartRow(TypedDict):

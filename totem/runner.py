@@ -7,8 +7,10 @@ the minimal environment built here, stdout and stderr merged and decoded as text
 explicit environment, stdout and stderr apart as raw bytes, stdin closed or fed). Both start the
 child through `_spawn` and wait for it through `_supervise`. The third way, `spawn_terminal`,
 starts the person's shell of the Terminal panel on a pty that becomes its controlling terminal
-(the caller reads and writes the pty; `end_terminal` hangs up the group, then kills it). No other
-module of the package starts a process (tests/test_process_starts.py checks the source).
+(the caller reads and writes the pty; `end_terminal` hangs up the group, then kills it). The
+fourth, `spawn_server`, starts a program that the server talks to over its open stdin and stdout
+for as long as it is needed (a project's MCP server; `end_server` closes its stdin, then stops its
+group). No other module of the package starts a process (tests/test_process_starts.py checks the source).
 
 A child runs in its own session (`start_new_session=True`, so its own process group). Its
 environment is only ever the one given: `run_command` builds it from nothing but PATH, HOME,
@@ -236,12 +238,14 @@ async def run_process(argv: Sequence[str], *, cwd: str, env: Mapping[str, str],
 
 async def _spawn(argv: list[str], cwd: str, env: dict[str, str],
                  sinks: Mapping[int, Callable[[bytes], bool | None]], *,
-                 merge_stderr: bool = False, stdin_bytes: bytes | None = None,
+                 merge_stderr: bool = False, stdin_bytes: bytes | None = None, keep_stdin: bool = False,
                  ) -> tuple[asyncio.SubprocessTransport, _Collector]:
     """Start `argv` in a session of its own, reading the pipes of `sinks` (1, and 2 unless
-    `merge_stderr`). The one place of the package that starts a process. Raises OSError."""
+    `merge_stderr`); stdin is closed, fed `stdin_bytes`, or with `keep_stdin` left open for the
+    caller. The one place of the package that starts a process. Raises OSError."""
     loop = asyncio.get_running_loop()
-    stdin = asyncio.subprocess.DEVNULL if stdin_bytes is None else asyncio.subprocess.PIPE
+    piped = stdin_bytes is not None or keep_stdin
+    stdin = asyncio.subprocess.PIPE if piped else asyncio.subprocess.DEVNULL
     stderr = asyncio.subprocess.STDOUT if merge_stderr else \
         asyncio.subprocess.PIPE if _STDERR in sinks else asyncio.subprocess.DEVNULL
     start = asyncio.ensure_future(loop.subprocess_exec(
@@ -260,6 +264,71 @@ async def _spawn(argv: list[str], cwd: str, env: dict[str, str],
         pipe.write(stdin_bytes)
         pipe.write_eof()
     return transport, collector
+
+
+@dataclass
+class ServerChild:
+    """A program the server talks to over its standard streams for as long as it is needed (a
+    project's MCP server): its process group, its stdin, its exit and the end of its stderr."""
+
+    pid: int
+    transport: asyncio.SubprocessTransport
+    collector: _Collector
+    stderr: OutputBuffer
+
+    @property
+    def exited(self) -> asyncio.Future:
+        return self.collector.exited
+
+    @property
+    def returncode(self) -> int | None:
+        return self.transport.get_returncode()
+
+    def write(self, data: bytes) -> None:
+        """Send bytes to its stdin (buffered by the transport). Raises ConnectionError once
+        the child has gone."""
+        pipe = self.transport.get_pipe_transport(0)
+        if pipe is None or pipe.is_closing() or self.exited.done():
+            raise ConnectionError("the program has ended")
+        assert isinstance(pipe, asyncio.WriteTransport)
+        pipe.write(data)
+
+    def stderr_text(self) -> str:
+        """What it wrote to stderr, its first and last lines (for an error message)."""
+        return self.stderr.text()[0].strip()
+
+
+async def spawn_server(argv: Sequence[str], *, cwd: str, env: Mapping[str, str],
+                       on_stdout: Callable[[bytes], None], stderr_cap: int = 4096) -> ServerChild:
+    """Start `argv` (no shell) in `cwd` with exactly `env`, its stdin open for `write`, every
+    chunk of its stdout given to `on_stdout` and `stderr_cap` bytes of its stderr kept (head and
+    tail). It runs until `end_server`. Raises OSError (FileNotFoundError for a missing program
+    or folder) and ValueError for an empty argv."""
+    argv = list(argv)
+    if not argv:
+        raise ValueError("empty command")
+    stderr = OutputBuffer(stderr_cap)
+
+    def read_stdout(data: bytes) -> None:
+        on_stdout(data)
+
+    transport, collector = await _spawn(argv, cwd, dict(env), {_STDOUT: read_stdout, _STDERR: stderr.add},
+                                        keep_stdin=True)
+    return ServerChild(transport.get_pid(), transport, collector, stderr)
+
+
+async def end_server(child: ServerChild, grace_s: float = ABORT_GRACE_S) -> None:
+    """Stop a server child as its protocol expects: close its stdin, give it `grace_s` to
+    exit, then stop its whole group (SIGTERM, then SIGKILL). Raises nothing of its own."""
+    pipe = child.transport.get_pipe_transport(0)
+    if pipe is not None and not pipe.is_closing():
+        pipe.close()
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(asyncio.shield(child.exited), grace_s)
+    try:
+        await kill_group(_Child(child.transport), grace_s)
+    finally:
+        child.transport.close()
 
 
 # A terminal's shell must own its pty as its controlling terminal (job control, Ctrl-C): the

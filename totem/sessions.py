@@ -11,10 +11,11 @@ It raises the errors of `errors.py`. It never parses HTTP and never imports `api
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import Any
 
-from . import worktrees
+from . import project_commands, worktrees
 from .agent.loop import REASONING_LEVELS, Prompt, RunRefused
 from .agent.providers import ModelError
 from .boundary import real_root, session_root
@@ -204,6 +205,8 @@ class Sessions:
         `removed`. Returns the id. Raises NotFound."""
         session = await self.get(sessionid)
         await self.wind_down(session["id"])
+        for child in await self.store.child_sessions(session["id"]):  # its sub-agents go with it
+            await self.remove(child)
         await self.drop_worktree(session)
         await self.store.remove_session(session["id"])
         self.announce_removed(session)
@@ -214,6 +217,7 @@ class Sessions:
         questions that wait in it) and its jobs, whose processes are gone when this returns.
         The first half of a removal; `announce_removed` is the second, after the rows go."""
         await self.runs.abort(sessionid)
+        await self.runs.stop_servers(sessionid)
         await self.jobs.forget_session(sessionid)
         if self.terminals is not None:
             await self.terminals.forget_session(sessionid)
@@ -221,8 +225,8 @@ class Sessions:
     async def drop_worktree(self, session: SessionRow) -> None:
         """A removed session's worktree goes with its branch only when nothing would be lost;
         else it stays, listed as left over (Projects|git) until discarded."""
-        if not session["worktree"] or not os.path.isdir(session["worktree"]):
-            return
+        if not session["worktree"] or session["parent"] or not os.path.isdir(session["worktree"]):
+            return  # a sub-agent works in its parent's worktree, which is the parent's to drop
         project = await self.store.get_project(session["projectid"])
         if project is None:
             return
@@ -256,13 +260,22 @@ class Sessions:
 
     async def send(self, sessionid: str, text: str = "", *, model: str | None = None, mode: str | None = None,
                    autoaccept: bool | None = None, reasoning: str | None = None,
-                   attachments: Attachments | None = None, steer: bool = False) -> dict:
+                   attachments: Attachments | None = None, steer: bool = False, command: str | None = None,
+                   arguments: str | None = None, agent: str | None = None) -> dict:
         """A prompt of the person, also while the session runs: `{messageid}` when it starts a
         run; during one, `{messageid, queued: true}` (it runs when the current run ends, and
         Sessions|unqueue takes it back until then) or with `steer`, `{messageid, steered: true}`
-        (the current run reads it at its next step). Raises as `prompt`."""
+        (the current run reads it at its next step).
+
+        `command` (with its `arguments`) is a project command in place of `text`, `agent` a
+        project agent for this prompt's run (project_commands.py): either may choose the model
+        when `model` is not given, Plan mode, the agent's prompt and a subset of the built-in
+        tools; neither changes what the session keeps. Raises as `prompt`, and BadRequest naming
+        `command`, `agent` or `arguments` (no such file, an invalid one, an `@path` outside the
+        project or to a secret file) or `steer` (a command or an agent while a run goes on)."""
         return await self._send(sessionid, text, model=model, mode=mode, autoaccept=autoaccept,
-                                reasoning=reasoning, attachments=attachments, steer=steer, wait=True)
+                                reasoning=reasoning, attachments=attachments, steer=steer, wait=True,
+                                command=command, arguments=arguments, agent=agent)
 
     async def unqueue(self, sessionid: str, messageid: str) -> str:
         """Take back a prompt that waits for the current run. Raises NotFound."""
@@ -273,12 +286,20 @@ class Sessions:
 
     async def _send(self, sessionid: str, text: str, *, model: str | None, mode: str | None,
                     autoaccept: bool | None, reasoning: str | None, attachments: Attachments | None,
-                    scheduled: bool = False, steer: bool = False, wait: bool) -> dict:
+                    scheduled: bool = False, steer: bool = False, wait: bool, command: str | None = None,
+                    arguments: str | None = None, agent: str | None = None) -> dict:
         session = await self.get(sessionid)
         if session["worktree"] and not os.path.isdir(session["worktree"]):
             raise BadRequest(("session", "the session's worktree was discarded; start a new session"))
         files: Attachments = [*(attachments or ())]
-        model = session["model"] if model is None else model
+        project = await self.store.get_project(session["projectid"])
+        choice = await self._choose(session, project, text, command, arguments, agent, steer)
+        if choice is not None:
+            text = text if choice.text is None else choice.text
+            files += choice.files
+        asked_model = model
+        kept = (session["model"] if model is None else model, session["mode"] if mode is None else mode)
+        model = model if model is not None else (choice.model if choice and choice.model else session["model"])
         mode = session["mode"] if mode is None else mode
         autoaccept = bool(session["autoaccept"]) if autoaccept is None else autoaccept
         if mode not in MODES:
@@ -292,7 +313,8 @@ class Sessions:
         try:
             await self.providers.target(model)  # an unknown provider or model reference is refused now
         except ModelError as exc:
-            raise BadRequest(("model", exc.message)) from None
+            blame = choice.model_from if choice and choice.model and asked_model is None else "model"
+            raise BadRequest((blame, exc.message)) from None
         running = self.runs.is_running(session["id"])
         if running and not wait:
             raise BadRequest(("session", "the session is running; wait for it to finish or abort it"))
@@ -300,14 +322,38 @@ class Sessions:
             # A new prompt goes on from what was not undone: the undone messages and the redo go.
             row = await self.get(session["id"])
             self.hub.publish(SessionUpdated(row["id"], session_view(row)))
-        project = await self.store.get_project(session["projectid"])
         prompt = Prompt(text=text, model=model, mode=mode, autoaccept=autoaccept, reasoning=reasoning,
                         attachments=files, scheduled=scheduled)
+        if choice is not None:  # it only narrows: Plan over Build, never Build over Plan
+            prompt.mode = "plan" if choice.plan else mode
+            prompt.tools, prompt.instructions, prompt.notes = choice.tools, choice.instructions, choice.notes
+            prompt.keep = (kept[0] or model, kept[1])
         try:
             limits = await self.settings.values(session["projectid"], session["id"]) if self.settings else None
             return await self.runs.send(session, project, prompt, limits, steer=steer)
         except RunRefused as exc:
             raise BadRequest(("session", str(exc))) from None
+
+    async def _choose(self, session: SessionRow, project, text: str, command: str | None, arguments: str | None,
+                      agent: str | None, steer: bool) -> project_commands.Choice | None:
+        """The project command and agent of a prompt, read from the folder the session works in."""
+        if arguments is not None and command is None:
+            raise BadRequest(("arguments", "go with a command"))
+        if command is None and agent is None:
+            return None
+        if command is not None and (text or "").strip():
+            raise BadRequest(("text", "leave it out with a command: the command is the text, and what you add "
+                                      "goes in arguments"))
+        if steer and self.runs.is_running(session["id"]):
+            raise BadRequest(("steer", "a command or an agent starts a run of its own; send it without steer, "
+                                       "and it runs when the current run ends"))
+        if project is None:
+            raise NotFound(("id", f"no project of session {session['id']}"))
+        try:
+            return await asyncio.to_thread(project_commands.choose, session_root(session, project), command,
+                                           arguments, agent)
+        except project_commands.ProjectFileError as exc:
+            raise BadRequest((exc.field, str(exc))) from None
 
     async def fork(self, sessionid: str, messageid: str | None = None) -> Session:
         """A new session "NAME (fork)" with the conversation up to `messageid` (all of it

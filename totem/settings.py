@@ -4,7 +4,7 @@ Owns the declared list of keys a person may change while Totem runs, each with i
 and default (the default comes from config.ini or from the tool that uses it), the check of a
 value, and the resolution of the layers into the values a run reads, with where each comes from.
 What is not declared here never changes at run time: the token, the secret, the listen address,
-`terminalshell`, `mcp` and the Forge keys stay in config.ini.
+`terminalshell`, `mcp`, `forgemcp` and `forgeurl` stay in config.ini.
 
 Pure: the values of the layers are given (the store keeps them); nothing here reads a file.
 """
@@ -20,7 +20,7 @@ LAYERS = ("config", "all", "project", "session")
 @dataclass(frozen=True)
 class Key:
     name: str
-    kind: type  # int or float
+    kind: type  # int, float or bool
     low: float
     high: float
     description: str
@@ -28,6 +28,8 @@ class Key:
 
     def check(self, value: Any) -> str | None:
         """Why `value` is not a value of this key, or None."""
+        if self.kind is bool:
+            return None if isinstance(value, bool) else "must be true or false"
         if value is None:
             return None if self.nullable else "must be a number"
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -45,6 +47,11 @@ KEYS = (
     Key("outputcap", int, 1000, 50_000, "bytes of a command's output that the model gets (head and tail)"),
     Key("temperature", float, 0, 2, "the sampling temperature sent to the model (none: the provider's default)",
         nullable=True),
+    # The knowledge of Total.js (in Total.js projects only): all of it, the Forge documentation,
+    # and the review of an answer's code before it is shown.
+    Key("forge", bool, 0, 1, "the knowledge of Total.js in Total.js projects (off: none of it)"),
+    Key("forgedocs", bool, 0, 1, "search the Forge documentation for each prompt (llms.txt, once a day)"),
+    Key("selfcheck", bool, 0, 1, "hold an answer's text until its code is checked, and mark what needs review"),
 )
 BY_NAME = {key.name: key for key in KEYS}
 
@@ -52,7 +59,8 @@ BY_NAME = {key.name: key for key in KEYS}
 def defaults(config, command_timeout: float, output_cap: int) -> dict[str, Any]:
     """The config layer: what config.ini says, or the built-in default of each key."""
     return {"steps": config.steps, "commandtimeout": int(command_timeout), "outputcap": output_cap,
-            "temperature": None}
+            "temperature": None, "forge": config.forge, "forgedocs": config.forgedocs,
+            "selfcheck": config.selfcheck}
 
 
 def resolve(layers: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:

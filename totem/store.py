@@ -224,6 +224,11 @@ MIGRATIONS = (
     ALTER TABLE sessions ADD COLUMN schedule TEXT;
     CREATE INDEX schedules_by_project ON schedules(projectid, id);
     """,
+    # 8: the session whose run handed this one its work (a sub-agent's, the task tool).
+    """
+    ALTER TABLE sessions ADD COLUMN parent TEXT;
+    CREATE INDEX sessions_by_parent ON sessions(parent);
+    """,
 )
 
 
@@ -486,6 +491,11 @@ class Store:
 
     # -- sessions -----------------------------------------------------------------------------
 
+    async def child_sessions(self, sessionid: str) -> list[str]:
+        """The ids of the sessions that a session's runs handed work to (sub-agents)."""
+        return await self.read(lambda c: [row[0] for row in c.execute(
+            "SELECT id FROM sessions WHERE parent = ? ORDER BY created", (sessionid,))])
+
     async def list_sessions(self, projectid: str) -> list[SessionRow]:
         """Every session of a project, the most recently changed first."""
         return await self.read(lambda c: _rows(c.execute(
@@ -517,16 +527,18 @@ class Store:
     async def get_session(self, sessionid: str) -> SessionRow | None:
         return await self.read(lambda c: _row(c.execute("SELECT * FROM sessions WHERE id = ?", (sessionid,))))
 
-    async def create_session(self, projectid: str, name: str) -> SessionRow | None:
-        """A new idle session, or None when the project is gone."""
+    async def create_session(self, projectid: str, name: str, parent: str | None = None,
+                             worktree: str | None = None, mode: str = "build") -> SessionRow | None:
+        """A new idle session (a sub-agent's with its `parent`, working in the parent's
+        `worktree`), or None when the project is gone."""
         newid = self.ids.new()
 
         def run(c):
             if c.execute("SELECT 1 FROM projects WHERE id = ?", (projectid,)).fetchone() is None:
                 return None
             stamp = now_ms()
-            c.execute("INSERT INTO sessions (id, projectid, name, created, updated) VALUES (?, ?, ?, ?, ?)",
-                      (newid, projectid, name, stamp, stamp))
+            c.execute("INSERT INTO sessions (id, projectid, name, created, updated, parent, worktree, mode) "
+                      "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (newid, projectid, name, stamp, stamp, parent, worktree, mode))
             return _row(c.execute("SELECT * FROM sessions WHERE id = ?", (newid,)))
         return await self.write(run)
 
@@ -686,15 +698,19 @@ class Store:
         return await self.write(lambda c: c.execute("DELETE FROM messages WHERE id = ?", (messageid,)).rowcount > 0)
 
     async def session_tokens(self, sessionid: str) -> dict:
-        """`{input, output, estimated}`: the tokens of a session's answers, summed (estimated
-        when any answer's count was)."""
+        """`{input, output, estimated, cost}`: the tokens of a session's answers, summed
+        (estimated when any answer's count was), and the cost in USD of those whose price was
+        known; without `cost` when none was."""
         def run(c):
             row = c.execute(
                 "SELECT ifnull(sum(json_extract(data, '$.tokens.input')), 0), "
                 "ifnull(sum(json_extract(data, '$.tokens.output')), 0), "
-                "ifnull(max(json_extract(data, '$.tokens.estimated')), 0) "
+                "ifnull(max(json_extract(data, '$.tokens.estimated')), 0), "
+                "total(json_extract(data, '$.tokens.cost')), count(json_extract(data, '$.tokens.cost')) "
                 "FROM messages WHERE sessionid = ? AND role = 'assistant'", (sessionid,)).fetchone()
-            return {"input": row[0], "output": row[1], "estimated": bool(row[2])}
+            tokens = {"input": row[0], "output": row[1], "estimated": bool(row[2])}
+            # Rounded as each answer's cost is (agent/answers.py COST_DIGITS): the rest is float noise.
+            return tokens | ({"cost": round(row[3], 8)} if row[4] else {})
         return await self.read(run)
 
     async def count_messages(self, sessionid: str) -> int:
@@ -1063,7 +1079,8 @@ def session_view(row: SessionRow) -> dict:
     return {"id": row["id"], "projectid": row["projectid"], "name": row["name"], "status": row["status"],
             "mode": row["mode"], "autoaccept": bool(row["autoaccept"]), "model": row["model"],
             "worktree": row["worktree"], "created": row["created"], "updated": row["updated"],
-            "error": row["error"], "redo": bool(row["redo"]), "schedule": row["schedule"]}
+            "error": row["error"], "redo": bool(row["redo"]), "schedule": row["schedule"],
+            "parent": row["parent"]}
 
 
 def _settle(future: asyncio.Future, ok: bool, value) -> None:

@@ -1,6 +1,7 @@
 """One model answer, streamed into parts: the assistant message, its text and reasoning parts as
 they arrive, a tool part per call the model makes (also for calls a local model writes as text),
-and the message's timing, usage and wire details when it ends.
+and the message's timing, usage, tokens (with their cost where the price is known) and wire
+details when it ends.
 
 Must not: retry (the loop does), run the tool calls (calls.py does), or build the request.
 """
@@ -9,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+import math
+from collections.abc import Awaitable, Callable
 
 from ..events import MessageCreated
 from ..store import Store, now_ms
 from . import client
 from .context import CHARS_PER_TOKEN, estimated_tokens
+from .kinds.base import PRICE_TOKENS, Price
 from .provider_errors import ProviderError
 from .recorder import OpenPart, Recorder
 from .stream import (
@@ -28,6 +31,14 @@ from .stream import (
     extract_text_tool_calls,
 )
 
+# A cost is kept to a millionth of a cent: finer digits are float noise, not money.
+COST_DIGITS = 8
+
+
+# A self-check of an answer's text: (text, cut at the output limit) -> the validation part's
+# data `{problems, blocking}`, or None when there is nothing to say.
+Review = Callable[[str, bool], Awaitable[dict | None]]
+
 
 class Answers:
     """Streams model answers into the parts of assistant messages."""
@@ -38,18 +49,26 @@ class Answers:
         self.recorder = recorder
         self.registry = registry  # () -> the tools, whose names a text tool call may use
 
-    async def stream(self, sessionid: str, model: str, target, body: dict,
-                     marks: dict | None = None) -> tuple[list[ToolCall], dict[str, OpenPart]]:
-        """Stream one answer into parts; returns its tool calls and the part of each.
+    async def stream(self, sessionid: str, model: str, target, body: dict, marks: dict | None = None,
+                     prompt: str | None = None, review: Review | None = None,
+                     ) -> tuple[list[ToolCall], dict[str, OpenPart]]:
+        """Stream one answer into parts; returns its tool calls and the part of each. `marks`
+        go into the data of the finished message (`compaction`); `prompt`, the id of the user
+        message the run answers, into its data as `prompt`, failed or not. With `review` (a
+        self-checked answer), the text is held until the answer ends, then stored and published
+        whole, followed by a `validation` part when the review found problems; reasoning and
+        tool calls stream as ever.
 
         Raises ProviderError (a failed or refused answer: its parts are closed as error), and
         CancelledError on abort (closed as aborted).
         """
         started = now_ms()
-        message = await self.store.add_message(sessionid, "assistant", model=model)
+        answering = {"prompt": prompt} if prompt else {}
+        message = await self.store.add_message(sessionid, "assistant", model=model, data=answering or None)
         message["parts"] = []
         self.hub.publish(MessageCreated(sessionid, message))
         text_part = reasoning_part = None
+        held: list[str] = []  # the text of a reviewed answer, until it ends
         tool_parts: dict[int, OpenPart] = {}
         usage = first_token = result = None
         opened, messageid = self.recorder.open, message["id"]
@@ -59,6 +78,9 @@ class Answers:
                 async for event in events:
                     if isinstance(event, TextDelta):
                         first_token = first_token or now_ms()
+                        if review is not None:
+                            held.append(event.text)
+                            continue
                         text_part = text_part or await opened(sessionid, messageid, "text")
                         self.recorder.append(text_part, event.text)
                     elif isinstance(event, ReasoningDelta):
@@ -80,22 +102,31 @@ class Answers:
             for open_part in [text_part, reasoning_part, *tool_parts.values()]:
                 if open_part is not None:
                     await self.recorder.close(open_part, ending)
+            if held:  # what the model said before it stopped, kept and marked where it stopped
+                await asyncio.shield(self.recorder.add_whole(sessionid, messageid, "text", "".join(held), ending))
             await self.store.finish_message(messageid, usage, {"started": started, "first": first_token,
-                                                               "failed": True})
+                                                               "failed": True, **answering})
             raise
         for open_part in (reasoning_part, text_part):
             if open_part is not None:
                 await self.recorder.close(open_part, "done")
+        if held and review is not None:
+            text = "".join(held)
+            validation = await review(text, bool(result and result.finish_reason == "length"))
+            await self.recorder.add_whole(sessionid, messageid, "text", text, "done")
+            if validation is not None and validation.get("problems"):
+                await self.recorder.add_whole(sessionid, messageid, "validation", "", "done", data=validation)
         calls = result.tool_calls if result else []
         if not calls and result and result.content:
             _rest, calls = extract_text_tool_calls(result.content, self.registry().names())
         parts = await self._settle_tool_parts(sessionid, messageid, tool_parts, calls)
         usage = usage or (result.usage if result else None)
         written = sum(len(p.text()) for p in (text_part, reasoning_part) if p is not None) + sum(
-            len(call.arguments or "") for call in calls)
+            len(call.arguments or "") for call in calls) + sum(len(piece) for piece in held)
         await self.store.finish_message(messageid, usage,
                                         {"started": started, "first": first_token, "finished": now_ms(),
-                                         "tokens": tokens_of(usage, body, written), **(marks or {}),
+                                         "tokens": tokens_of(usage, body, written, target.price),
+                                         **(marks or {}), **answering,
                                          "finish_reason": result.finish_reason if result else None,
                                          **({"reasoning_details": result.reasoning_details}
                                             if result and result.reasoning_details else {})})
@@ -117,12 +148,23 @@ class Answers:
         return parts
 
 
-def tokens_of(usage: dict | None, body: dict, written_chars: int) -> dict:
+def tokens_of(usage: dict | None, body: dict, written_chars: int, price: Price | None = None) -> dict:
     """`{input, output, estimated}`: the tokens of one answer as the provider counted them, or
-    estimated from the request's and the answer's length when it did not say."""
+    estimated from the request's and the answer's length when it did not say; with `cost` in
+    USD when it is known: the provider's own figure when its usage has one (OpenRouter's
+    `usage.cost`), else the tokens at the catalog's `price` (USD per million tokens; as
+    estimated as the tokens are)."""
     given_in = usage.get("prompt_tokens") if usage else None
     given_out = usage.get("completion_tokens") if usage else None
     if isinstance(given_in, int) and isinstance(given_out, int):
-        return {"input": given_in, "output": given_out, "estimated": False}
-    return {"input": estimated_tokens(body.get("messages") or [], body.get("tools") or []),
-            "output": int(written_chars / CHARS_PER_TOKEN) + 1, "estimated": True}
+        tokens: dict = {"input": given_in, "output": given_out, "estimated": False}
+    else:
+        tokens = {"input": estimated_tokens(body.get("messages") or [], body.get("tools") or []),
+                  "output": int(written_chars / CHARS_PER_TOKEN) + 1, "estimated": True}
+    given_cost = usage.get("cost") if usage else None
+    if isinstance(given_cost, (int, float)) and not isinstance(given_cost, bool) and 0 <= given_cost < math.inf:
+        tokens["cost"] = float(given_cost)
+    elif price is not None:
+        tokens["cost"] = round((tokens["input"] * price["input"] + tokens["output"] * price["output"])
+                               / PRICE_TOKENS, COST_DIGITS)
+    return tokens

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections.abc import Awaitable, Callable
 
 from ..events import TodoUpdated
 from ..git import GitError
@@ -44,14 +45,22 @@ class ToolCalls:
         self.hub = hub
         self.scrubber = scrubber  # () -> the current vault.Scrubber
         self.jobs = jobs
+        # (asker, part, agent, description, prompt) -> (answer, sessionid): the loop's sub-agents.
+        self.delegate: Callable[..., Awaitable[tuple[str, str]]] | None = None
 
-    async def run(self, asker: Asker, open_part: OpenPart, call: ToolCall, limits: dict | None = None) -> None:
-        """Run one call to its end; the part ends done, error or denied (never raises ToolError)."""
+    async def run(self, asker: Asker, open_part: OpenPart, call: ToolCall, limits: dict | None = None,
+                  registry=None) -> None:
+        """Run one call to its end; the part ends done, error or denied (never raises ToolError).
+        `registry`: the tools of this run (the built-in ones and its MCP servers'), else the
+        built-in ones."""
         data = open_part.data
+        if asker.tools is not None and call.name not in asker.tools:
+            await self._refuse_outside_agent(asker.tools, open_part, call.name)
+            return
         ctx = ToolContext(root=asker.root, sessionid=asker.sessionid)  # for the subjects alone
         outside = None
         try:
-            tool, args = self.registry.parse_arguments(call.name, call.arguments)
+            tool, args = (registry or self.registry).parse_arguments(call.name, call.arguments)
             data["input"] = args
             data.pop("arguments", None)  # stored once: context.call_arguments writes it back
             try:
@@ -64,14 +73,14 @@ class ToolCalls:
             return
         data["subjects"] = list(subjects)
         data["decision"] = await self.gate.settle(
-            asker, tool.name, subjects, args, outside=outside is not None,
+            asker, tool.permission_name or tool.name, subjects, tool.question_input(args), outside=outside is not None,
             before_ask=lambda: self.recorder.update(open_part, "pending"),
             preview=lambda: self._preview(tool, args, ctx))
         if data["decision"].get("reply") == "reject":
             data["decision"]["reason"] = "the person rejected this call"
         if data["decision"]["action"] == "deny":
             reason = outside or data["decision"]["reason"]
-            data["error"] = f"Denied: {reason}. Do not repeat this call; change course or ask the person."
+            data["error"] = f"{denial(reason)}. Do not repeat this call; change course or ask the person."
             await self.recorder.close(open_part, "denied")
             return
         data["started"] = now_ms()
@@ -97,6 +106,16 @@ class ToolCalls:
             output = output[:MAX_TOOL_OUTPUT_CHARS] + f"\n[output cut at {MAX_TOOL_OUTPUT_CHARS} characters]"
         data.update({"output": output, "title": result.title, "result": result.data, "finished": now_ms()})
         await self.recorder.close(open_part, "done")
+
+    async def _refuse_outside_agent(self, tools: frozenset[str], open_part: OpenPart, name: str) -> None:
+        """A call to a tool that the prompt's agent does not have: refused in code, whatever the
+        rules say, as Plan mode refuses a change (the model was never offered that tool)."""
+        reason = (f"the agent of this prompt may use only {', '.join(sorted(tools)) or 'no tool'}; "
+                  f"{name} is not one of them")
+        open_part.data["decision"] = {"action": "deny", "reason": reason, "rule": None, "subject": None,
+                                      "at": now_ms(), "by": "code"}
+        open_part.data["error"] = f"Denied: {reason}. Do not repeat this call; change course or ask the person."
+        await self.recorder.close(open_part, "denied")
 
     async def _preview(self, tool, args: dict, ctx: ToolContext) -> list[dict]:
         """What the call would change, as the question shows it (nothing is applied)."""
@@ -164,7 +183,12 @@ class ToolCalls:
             if record["action"] == "deny":
                 if record.get("reply") == "reject":
                     raise ToolError(f"Denied: the person rejected {tool} of {subject}")
-                raise ToolError(f"Denied: {record['reason']}")
+                raise ToolError(denial(record["reason"]))
+
+        async def delegate(agent: str, description: str, prompt: str) -> tuple[str, str]:
+            if self.delegate is None:
+                raise ToolError("sub-agents are not available here")
+            return await self.delegate(asker, open_part, agent, description, prompt)
 
         def start_job(command: str) -> dict:
             return self.jobs.start(sessionid, command, root).view()
@@ -191,6 +215,14 @@ class ToolCalls:
         open_part.scrub = self.scrubber().stream()
         return ToolContext(root=root, sessionid=sessionid,
                            emit=lambda text: self.recorder.append(open_part, open_part.scrub.feed(text)),
-                           ask=ask, set_todos=set_todos, permit=permit, journal=journal,
+                           ask=ask, set_todos=set_todos, permit=permit, journal=journal, delegate=delegate,
                            start_job=start_job if self.jobs is not None else None,
                            command_timeout=limits.get("commandtimeout"), output_cap=limits.get("outputcap"))
+
+
+def denial(reason: str) -> str:
+    """The sentence of a denial: "Denied: <reason>", or the reason itself when it already says
+    so ("denied by the project rule ..."), never "Denied: denied ..."."""
+    if reason[:6].lower() == "denied":
+        return reason[:1].upper() + reason[1:]
+    return f"Denied: {reason}"

@@ -1,10 +1,12 @@
 """What the model sees: the system prompt, the project's instructions and the history.
 
 Owns turning stored messages and parts into the chat messages of a request (in the OpenAI
-shape; each kind's adapter reshapes them for its wire), the attachments of a run encoded once,
-and the envelope that marks tool results and attachments as untrusted data: its tags carry a
-random marker of the run, which the data cannot contain, so no text can end the envelope or
-forge another. It reads AGENTS.md and attachments; it never calls a model or changes anything.
+shape; each kind's adapter reshapes them for its wire) in the order they entered the
+conversation; fitting them into the model's window (pruning, cutting, the compaction request);
+the attachments of a run encoded once; and the envelope that marks tool results and
+attachments as untrusted data: its tags carry a random marker of the run, which the data
+cannot contain, so no text can end the envelope or forge another. It reads AGENTS.md and
+attachments; it never calls a model or changes anything.
 """
 
 from __future__ import annotations
@@ -141,8 +143,16 @@ def attachment_content(attachment: dict, marker: str) -> ContentItem:
     return {"type": "text", "text": f"[attached file {name} ({mime}, {len(data)} bytes) is not text and is not shown]"}
 
 
-def user_message(message: MessageRow, attachments: list[ContentItem]) -> dict:
+def user_message(message: MessageRow, attachments: list[ContentItem], marker: str | None = None) -> dict:
+    """The person's message: its text, then what Totem added to it (the Forge documentation's
+    `knowledge` parts, as untrusted data), then its attachments."""
     text = "".join(part["text"] for part in message["parts"] if part["kind"] == "text")
+    if marker is not None:
+        for part in message["parts"]:
+            if part["kind"] == "knowledge" and part["text"]:
+                source = f"forge documentation: {part['data'].get('source', '')}"
+                text += "\n\nFrom the Total.js documentation (Forge), for reference:\n" + envelope(
+                    source, part["text"], marker)
     if not attachments:
         return {"role": "user", "content": text}
     content: list[ContentItem] = [{"type": "text", "text": text}] if text else []
@@ -187,15 +197,50 @@ def assistant_messages(message: MessageRow, marker: str) -> list[dict]:
     return result
 
 
-def history_messages(history: list[MessageRow], attachments: dict[str, list[ContentItem]], marker: str) -> list[dict]:
+def conversation_order(history: list[MessageRow], current: str | None = None) -> list[MessageRow]:
+    """The messages in the order they entered the conversation. A prompt queued while a run
+    went on was stored then, among that run's steps, but it entered when its own run began: it
+    moves to just after the last answer stored before the first answer that names it
+    (`data.prompt`), or before the end when it is the `current` run's prompt and nothing answers
+    it yet (issue 20); so the model never reads it before the steps that came ahead of it, and
+    messages sent after those steps stay after it."""
+    first_answer: dict[str, int] = {}
+    for index, message in enumerate(history):
+        named = (message.get("data") or {}).get("prompt") if message["role"] == "assistant" else None
+        if isinstance(named, str):
+            first_answer.setdefault(named, index)
+    after: dict[int, list[MessageRow]] = {}  # index of an answer -> the prompts that move behind it
+    moving = set()
+    for index, message in enumerate(history):
+        if message["role"] != "user" or (message["id"] not in first_answer and message["id"] != current):
+            continue
+        limit = first_answer.get(message["id"], len(history))
+        anchor = next((i for i in range(limit - 1, index, -1) if history[i]["role"] == "assistant"), None)
+        if anchor is not None:
+            after.setdefault(anchor, []).append(message)
+            moving.add(message["id"])
+    if not moving:
+        return history
+    ordered = []
+    for index, message in enumerate(history):
+        if message["id"] not in moving:
+            ordered.append(message)
+        ordered.extend(after.get(index, ()))
+    return ordered
+
+
+def history_messages(history: list[MessageRow], attachments: dict[str, list[ContentItem]], marker: str,
+                     current: str | None = None) -> list[dict]:
     """Chat messages for the stored history, in the OpenAI shape that every kind's adapter starts
     from (`attachments`: the content of each user message's files, by message id, as
-    `RunAttachments.by_message` gives them).
+    `RunAttachments.by_message` gives them; `current`: the id of the running prompt's message),
+    in the order of conversation_order().
 
     Every envelope of one request carries the same `marker`, that of the current run: the
     history is wrapped again at every step, so results of earlier runs get the new marker too.
     """
     messages = []
+    history = conversation_order(history, current)
     compacted = max((index for index, message in enumerate(history)
                      if message["role"] == "assistant" and (message.get("data") or {}).get("compaction")), default=None)
     if compacted is not None:
@@ -210,7 +255,7 @@ def history_messages(history: list[MessageRow], attachments: dict[str, list[Cont
         history = later
     for message in history:
         if message["role"] == "user":
-            messages.append(user_message(message, attachments.get(message["id"], [])))
+            messages.append(user_message(message, attachments.get(message["id"], []), marker))
         elif message["role"] == "assistant" and any(part["kind"] in ("text", "tool") for part in message["parts"]):
             messages.extend(assistant_messages(message, marker))
     return messages
@@ -228,6 +273,14 @@ IMAGE_TOKENS = 1600
 # The tool results of this many latest assistant steps are never pruned: the model is using them.
 KEPT_STEPS = 2
 PRUNED_NOTE = "[{tool} output ({size} chars) removed to fit the context window; call {tool} again if needed]"
+# A latest output that alone takes more than this share of the request's budget is cut to fit
+# (its middle; at least MIN_CUT_KEEP_CHARS kept, with the envelope's tags) before the conversation
+# is compacted; smaller ones stay whole, and compaction makes the room.
+OVERSIZED_SHARE = 0.5
+MIN_CUT_KEEP_CHARS = 2000
+CUT_MARGIN_CHARS = 64
+CUT_NOTE = ("[{removed} of the {size} chars of this {tool} output were cut from its middle to fit the context "
+            "window; ask for a smaller part (read with offset and limit, filter a command's output) to see them]")
 
 
 class ContextFull(Exception):
@@ -255,19 +308,24 @@ def _json_size(value) -> int:
 
 def fit_window(messages: list[dict], tools: list[dict], window: int,
                known: bool = True) -> tuple[list[dict], int]:
-    """`(messages, pruned)`: the request under WINDOW_SHARE of `window`, old tool outputs (never
-    the user's messages, never the latest KEPT_STEPS steps) replaced by a note that says what was
-    removed and how to get it again, oldest first. Raises ContextFull when that is not enough
+    """`(messages, pruned)`: the request under WINDOW_SHARE of `window`. Old tool outputs (never
+    the user's messages, never the latest KEPT_STEPS steps) are replaced by a note that says what
+    was removed and how to get it again, oldest first; when that is not enough and the window is
+    `known`, the latest outputs that alone take more than OVERSIZED_SHARE of the budget, largest
+    first, lose their middle (cut_output), down to MIN_CUT_KEEP_CHARS each: one output larger
+    than the window (a whole file, a long log) must not cost a compaction of the whole
+    conversation, which would lose it anyway, nor a compaction at every step (issue 20).
+    `pruned` counts the outputs removed or cut. Raises ContextFull when all that is not enough
     and the window is `known` (a guessed window prunes, but leaves the verdict to the model)."""
     budget = int(window * WINDOW_SHARE)
-    if estimated_tokens(messages, tools) <= budget:
+    total = estimated_tokens(messages, tools)
+    if total <= budget:
         return messages, 0
     steps = [index for index, message in enumerate(messages) if message.get("role") == "assistant"]
     protected_from = steps[-KEPT_STEPS] if len(steps) >= KEPT_STEPS else 0
     names = {call["id"]: call["function"]["name"] for message in messages
              for call in message.get("tool_calls") or ()}
     fitted = list(messages)
-    total = estimated_tokens(fitted, tools)
     pruned = 0
     for index in range(protected_from):
         message = fitted[index]
@@ -282,11 +340,43 @@ def fit_window(messages: list[dict], tools: list[dict], window: int,
         pruned += 1
         if total <= budget:
             return fitted, pruned
-    if estimated_tokens(fitted, tools) <= budget or not known:
+    total = estimated_tokens(fitted, tools)
+    if total > budget and known:
+        oversized = budget * OVERSIZED_SHARE * CHARS_PER_TOKEN
+        latest = sorted((index for index in range(protected_from, len(fitted))
+                         if fitted[index].get("role") == "tool" and isinstance(fitted[index].get("content"), str)
+                         and len(fitted[index]["content"]) > oversized),
+                        key=lambda index: -len(fitted[index]["content"]))
+        for index in latest:
+            content = fitted[index]["content"]
+            keep = len(content)
+            while total > budget and keep > MIN_CUT_KEEP_CHARS:
+                # What is over, and room for the note: the rounding of the estimate may ask for a second cut.
+                keep = max(MIN_CUT_KEEP_CHARS, min(keep, len(content) - len(CUT_NOTE) - CUT_MARGIN_CHARS)
+                           - int((total - budget) * CHARS_PER_TOKEN) - CUT_MARGIN_CHARS)
+                cut = cut_output(content, keep, names.get(fitted[index].get("tool_call_id"), "tool"))
+                if len(cut) >= len(fitted[index]["content"]):
+                    break  # too short to gain from a cut
+                fitted[index] = dict(fitted[index]) | {"content": cut}
+                total = estimated_tokens(fitted, tools)
+            if fitted[index]["content"] is not content:
+                pruned += 1
+            if total <= budget:
+                return fitted, pruned
+    if total <= budget or not known:
         return fitted, pruned
-    raise ContextFull(f"the conversation needs about {estimated_tokens(fitted, tools)} tokens, more than "
-                      f"{budget} of the model's {window}-token window, even with {pruned} old tool outputs "
-                      "removed; fork the session from an earlier message or start a new one")
+    raise ContextFull(f"the conversation needs about {total} tokens, more than {budget} of the model's "
+                      f"{window}-token window, even with {pruned} tool outputs removed or cut; fork the "
+                      "session from an earlier message or start a new one")
+
+
+def cut_output(content: str, keep: int, tool: str) -> str:
+    """A tool message's content with about `keep` characters left: its head (two thirds, with
+    the envelope's opening tag) and its tail (a third, with the closing tag), the middle replaced
+    by a mark, and CUT_NOTE after the envelope, outside the data: what was cut and how to see it."""
+    head, tail = content[:keep * 2 // 3], content[len(content) - keep // 3:]
+    note = CUT_NOTE.format(tool=tool, removed=len(content) - len(head) - len(tail), size=len(content))
+    return f"{head}\n[…]\n{tail}\n{note}"
 
 
 COMPACTED_INTRO = ("[The older part of this conversation was compacted to fit the context window. Its summary "

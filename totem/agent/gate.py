@@ -38,6 +38,14 @@ class Asker:
     mode: str = "build"
     autoaccept: bool = False
     scheduled: bool = False
+    tools: frozenset[str] | None = None  # an agent's tools: a call to any other is refused (None: all)
+    asks_in: str | None = None  # a sub-agent's questions go to the person where its parent runs
+    depth: int = 0  # 1 for a sub-agent's run
+
+    @property
+    def asked_in(self) -> str:
+        """The session whose view shows this run's questions."""
+        return self.asks_in or self.sessionid
 
 
 class SavedRule(TypedDict):
@@ -92,7 +100,7 @@ class PermissionGate:
         is there, and that is the answer at once."""
         if asker.scheduled:
             return NOBODY_HERE
-        return await self.questions.question(asker.sessionid, text, options)
+        return await self.questions.question(asker.asked_in, text, options)
 
     async def settle(self, asker: Asker, tool: str, subjects: tuple[str, ...], args: dict, *,
                      outside: bool = False, always_ask: str | None = None,
@@ -117,7 +125,7 @@ class PermissionGate:
             await before_ask()
         shown = await preview() if preview is not None else []
         reply, chosen = await self.questions.permission(
-            asker.sessionid, tool, args | ({"note": always_ask} if always_ask else {}),
+            asker.asked_in, tool, args | ({"note": always_ask} if always_ask else {}),
             list(dict.fromkeys(p for item in commands for p in item["patterns"])), commands=commands,
             reason=record["reason"], folder=asker.root, preview=shown)
         record.update({"action": "deny" if reply == "reject" else "allow", "by": "person", "reply": reply,

@@ -22,9 +22,10 @@ from ..boundary import session_root
 from ..events import RunError, SessionStatus
 from ..rows import PartRow
 from ..store import Store
+from ..tools import Registry
 from ..vault import Scrubber
 from . import turns
-from .answers import Answers
+from .answers import Answers, Review
 from .calls import ToolCalls
 from .context import (
     ContextFull,
@@ -37,11 +38,14 @@ from .context import (
     system_message,
 )
 from .gate import Asker, PermissionGate
+from .knowledge import TotalJsKnowledge
 from .provider_errors import ProviderError
 from .providers import redact
 from .questions import Questions
 from .recorder import OpenPart, Recorder
+from .servers import ProjectServers
 from .stream import ToolCall
+from .subagents import SubAgents
 from .turns import Prompt
 
 log = logging.getLogger("totem.agent")
@@ -75,6 +79,11 @@ class _Run:
     # Prompts sent while this run goes on, each run after it in turn: (message id, prompt, limits).
     queue: list[tuple[str, Prompt, dict]] = field(default_factory=list)
     compact_only: bool = False  # the person asked for a compaction: the run is that one step
+    # The prompt's message, named by each answer (`data.prompt`): a queued prompt stored during
+    # the run before enters the conversation where its answers begin (context.history_messages).
+    messageid: str | None = None
+    review: Review | None = None  # a Total.js project's self-check of each answer (knowledge.py)
+    tools: Registry | None = None  # the run's tools: the built-in tools and its MCP servers' (None: built-in)
 
 
 class Runs:
@@ -83,7 +92,8 @@ class Runs:
     calls: ToolCalls  # made after the gate, whose `kinds` reads it when called
 
     def __init__(self, store: Store, hub, providers, registry, steps: int, config_rules=(), jobs=None,
-                 scrubber=None, backoff_first_s: float = BACKOFF_FIRST_S, snapshots=None):
+                 scrubber=None, backoff_first_s: float = BACKOFF_FIRST_S, snapshots=None, mcp=None,
+                 forge=None, forge_mcp=None):
         self.store = store
         self.hub = hub
         self.providers = providers
@@ -98,6 +108,11 @@ class Runs:
         self.calls = ToolCalls(registry, self.gate, self.recorder, store, hub,
                                scrubber or Scrubber.empty, jobs, snapshots)
         self.answers = Answers(store, hub, self.recorder, lambda: self.calls.registry)
+        self.subagents = SubAgents(self)
+        self.knowledge = TotalJsKnowledge(forge, self.recorder) if forge is not None else None
+        self.calls.delegate = self.subagents.delegate
+        self.project_servers = (ProjectServers(mcp, self.gate, self.recorder, store, hub, forge_mcp)
+                                if mcp is not None else None)
 
     @property
     def registry(self):
@@ -112,6 +127,10 @@ class Runs:
 
     def is_running(self, sessionid: str) -> bool:
         return sessionid in self._runs
+
+    def run_of(self, sessionid: str) -> _Run | None:
+        """The run going on in a session, if any."""
+        return self._runs.get(sessionid)
 
     async def send(self, session: dict, project: dict, prompt: Prompt, limits: dict | None = None,
                    steer: bool = False) -> dict:
@@ -138,9 +157,10 @@ class Runs:
         return True
 
     async def start_prompt(self, session: dict, project: dict, prompt: Prompt, limits: dict | None = None,
-                           messageid: str | None = None) -> str:
+                           messageid: str | None = None, parent: Asker | None = None) -> str:
         """Store the user message (or take the stored one, `messageid`) and start the run;
-        returns the message id.
+        returns the message id. With `parent`, the run is a sub-agent's (subagents.py): its
+        questions go where the parent's do.
 
         Raises RunRefused while the session runs: prompts are never interleaved.
         """
@@ -149,7 +169,8 @@ class Runs:
             raise RunRefused("the session is running; wait for it to finish or abort it")
         asker = Asker(sessionid, project["id"], session_root(session, project),
                       prompt.mode, prompt.autoaccept,
-                      prompt.scheduled)
+                      prompt.scheduled, tools=frozenset(prompt.tools) if prompt.tools is not None else None,
+                      asks_in=parent.asked_in if parent else None, depth=parent.depth + 1 if parent else 0)
         run = _Run(session, project, prompt, asker, limits=dict(limits or {}))
         self._runs[sessionid] = run  # claimed before any await, so a second prompt is refused
         try:
@@ -160,6 +181,7 @@ class Runs:
         except BaseException:
             del self._runs[sessionid]
             raise
+        run.messageid = messageid
         run.task = asyncio.create_task(self._run(run), name=f"run {sessionid}")
         return messageid
 
@@ -198,9 +220,16 @@ class Runs:
         """Answer a waiting permission question. Raises NotFound, BadRequest."""
         self.questions.reply_permission(askid, reply, pattern, patterns)
 
+    async def stop_servers(self, sessionid: str) -> None:
+        """Stop the project MCP servers of a session that goes away."""
+        if self.project_servers is not None:
+            await self.project_servers.servers.stop_session(sessionid)
+
     async def stop_all(self) -> None:
         for sessionid in list(self._runs):
             await self.abort(sessionid)
+        if self.project_servers is not None:
+            await self.project_servers.servers.stop_all()
         await self.recorder.stop()
 
     # -- one run ----------------------------------------------------------------------------
@@ -263,6 +292,7 @@ class Runs:
             await self._set_status(sessionid, status, run.error if status == "error" else None)
         finally:
             self._runs.pop(sessionid, None)
+            self.subagents.forget(sessionid)
 
     async def _steps(self, run: _Run) -> str:
         target = await self.providers.target(run.prompt.model)
@@ -270,6 +300,11 @@ class Runs:
         if run.compact_only:
             await self._compact(run, target, await self._messages(run), target.context or target.kind.default_context)
             return "idle"
+        if self.project_servers is not None and run.prompt.tools is None:  # an agent lists built-in tools only
+            run.tools = await self.project_servers.registry_for(run.asker, self.registry, run.limits)
+        if self.knowledge is not None:  # a sub-agent's prompt gets no documentation of its own
+            run.review = await self.knowledge.begin(run.session["id"], run.messageid if run.asker.depth == 0 else None,
+                                                    run.asker.root, run.prompt.text, run.limits)
         repeats: list[str] = []
         steps = run.limits.get("steps") or self.steps
         for _step in range(steps):
@@ -286,7 +321,7 @@ class Runs:
                     if answer != "Go on":
                         return "idle"
                     repeats = []
-                await self.calls.run(run.asker, parts[call.id], call, run.limits)
+                await self.calls.run(run.asker, parts[call.id], call, run.limits, run.tools)
         self._fail(run, f"The run stopped after {steps} model calls (the step limit); "
                         "send a prompt to go on.")
         return "error"
@@ -298,7 +333,8 @@ class Runs:
         while True:
             try:
                 body = await self._request_body(run, target)
-                return await self.answers.stream(run.session["id"], run.prompt.model, target, body)
+                return await self.answers.stream(run.session["id"], run.prompt.model, target, body,
+                                                 prompt=run.messageid, review=run.review)
             except ProviderError as exc:
                 attempt += 1
                 if not exc.retry or attempt > MAX_RETRIES:
@@ -310,7 +346,9 @@ class Runs:
                 await asyncio.sleep(delay)
 
     async def _request_body(self, run: _Run, target) -> dict:
-        tools = self.registry.specs()
+        tools = (run.tools or self.registry).specs()
+        if run.prompt.tools is not None:  # an agent's tools: the model is offered only these
+            tools = [spec for spec in tools if spec["function"]["name"] in run.prompt.tools]
         window = target.context or target.kind.default_context
         messages = await self._messages(run)
         try:
@@ -331,17 +369,20 @@ class Runs:
 
 
     async def _messages(self, run: _Run) -> list[dict]:
-        history = await self.store.session_history(run.session["id"])
+        history = [message for message in await self.store.session_history(run.session["id"])
+                   if not message["data"].get("servers")]  # the starts of MCP servers: for the person
         attachments = await run.attachments.by_message(self.store, history, run.marker)
-        return ([await system_message(self.system_template, run.asker.root, run.marker)]
-                + history_messages(history, attachments, run.marker))
+        system = await system_message(self.system_template, run.asker.root, run.marker)
+        if run.prompt.instructions:  # the prompt's agent (project_commands.py)
+            system = system | {"content": system["content"] + run.prompt.instructions}
+        return [system] + history_messages(history, attachments, run.marker, run.messageid)
 
     async def _compact(self, run: _Run, target, messages: list[dict], window: int) -> None:
         """A summary of the conversation by the session's model, without tools, stored as an
         assistant message marked `compaction` that the person reads like any answer."""
         body = target.kind.request_body(target, compaction_messages(messages, window), [], None)
         _calls, parts = await self.answers.stream(run.session["id"], run.prompt.model, target, body,
-                                                  {"compaction": True})
+                                                  {"compaction": True}, prompt=run.messageid)
         for open_part in parts.values():  # a model that calls a tool anyway: nothing runs
             open_part.data["error"] = "no tools while compacting"
             await self.recorder.close(open_part, "error")

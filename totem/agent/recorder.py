@@ -81,6 +81,15 @@ class Recorder:
         self.hub.publish(PartCreated(sessionid, part))
         return open_part
 
+    async def add_whole(self, sessionid: str, messageid: str, kind: str, text: str, status: str = "done",
+                        data: dict | None = None) -> PartRow:
+        """A part stored complete at once (a reviewed answer's text, a validation): one
+        part.created with all of it, then part.closed."""
+        part = await self.store.add_part(messageid, sessionid, kind, status, text=text, data=data, closed=True)
+        self.hub.publish(PartCreated(sessionid, part))
+        self.hub.publish(PartClosed(sessionid, part["id"]))
+        return part
+
     def append(self, open_part: OpenPart, text: str) -> None:
         """Add streamed text: published now, stored within the flush bound."""
         if not text or open_part.id not in self._open:

@@ -26,6 +26,11 @@ class Prompt:
     reasoning: str | None = None
     attachments: list[tuple[str, str, bytes]] = field(default_factory=list)
     scheduled: bool = False  # a run of a schedule: nobody is there to answer
+    # What a project's command or agent made of the prompt (project_commands.py); it only narrows.
+    tools: tuple[str, ...] | None = None  # the run declares and runs only these tools (None: all)
+    instructions: str = ""  # the agent's prompt, added to the end of the system prompt
+    notes: dict = field(default_factory=dict)  # kept in the message's data: command, arguments, agent
+    keep: tuple[str, str] | None = None  # (model, mode) the session keeps when the run's came from a file
 
 
 async def store_user_message(store, hub, session: dict, prompt: Prompt, extra: dict | None = None) -> dict:
@@ -35,7 +40,7 @@ async def store_user_message(store, hub, session: dict, prompt: Prompt, extra: d
     sessionid = session["id"]
     messageid = store.ids.new()
     files = []
-    extra = dict(extra or {})
+    extra = prompt.notes | dict(extra or {})
     if prompt.attachments:
         # The message row must exist before its attachments reference it.
         message = await store.add_message(sessionid, "user", data={}, newid=messageid)
@@ -46,7 +51,8 @@ async def store_user_message(store, hub, session: dict, prompt: Prompt, extra: d
     part = await store.add_part(messageid, sessionid, "text", "done", prompt.text, closed=True)
     message["data"] = ({"attachments": files} if files else {}) | extra
     message["parts"] = [part]
-    await store.set_session_options(sessionid, prompt.model, prompt.mode, prompt.autoaccept)
+    model, mode = prompt.keep or (prompt.model, prompt.mode)
+    await store.set_session_options(sessionid, model, mode, prompt.autoaccept)
     hub.publish(MessageCreated(sessionid, message))
     await _name_session(store, hub, session, prompt)
     return message

@@ -20,12 +20,14 @@ CAPABILITIES = {
     "todos": True,  # the todo tool and Sessions|todos
     "terminal": True,  # Sessions|terminal, terminalinput, terminalresize, terminalstop
     "schedules": True,  # Schedules|list, save, remove, run, and the scheduler
-    "mcp": False,  # POST /$mcp/ when config.ini says mcp = true (read_account); the MCP client: not yet
+    "mcp": False,  # POST /$mcp/ when config.ini says mcp = true (read_account)
+    "mcpservers": True,  # the project's MCP servers as tools (.totem/mcp.json, .mcp.json), Projects|mcp
+    "subagents": True,  # the task tool: sub-agents in child sessions
     "worktrees": True,  # sessions_create worktree, Sessions|git, worktreemerge, worktreediscard
     "undo": True,  # Sessions|undo, redo and diff, over the snapshots of every change
     "fork": True,  # Sessions|fork
-    "commands": False,  # Projects|commands (.totem/commands and agents): not yet
-    "forge": False,  # Total.js knowledge, Forge docs and MCP: not yet (forge* keys do nothing yet)
+    "commands": True,  # Projects|commands: .totem/commands and .totem/agents; Sessions|prompt command, agent
+    "forge": True,  # Total.js projects: the Forge documentation, self-checked answers, Forge's MCP server
 }
 
 

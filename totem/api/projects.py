@@ -1,4 +1,4 @@
-"""Projects|list, open, remove, files and git: the folders that Totem works in.
+"""Projects|list, open, remove, files, git and commands: the folders that Totem works in.
 
 Each handler checks the fields of its input and calls `ctx.services.projects`, where the use
 case lives (`totem/projects.py`).
@@ -45,6 +45,14 @@ async def project_git(ctx):
     return await ctx.services.projects.git(ctx.id)
 
 
+async def list_commands(ctx):
+    await require_project(ctx)
+    params = ctx.params(("sessionid",))
+    sessionid = params.text("sessionid", max_chars=64)
+    params.done()
+    return await ctx.services.projects.commands(ctx.id, sessionid)
+
+
 async def discard_left_worktree(ctx):
     await require_project(ctx)
     body = await ctx.body(("path",))
@@ -59,6 +67,7 @@ ACTIONS = (
     Action("projects_remove", "Projects|remove", remove_project, changes=True, takes_id=True),
     Action("projects_files", "Projects|files", list_files, takes_id=True),
     Action("projects_git", "Projects|git", project_git, takes_id=True),
+    Action("projects_commands", "Projects|commands", list_commands, takes_id=True),
     Action("projects_worktreediscard", "Projects|worktreediscard", discard_left_worktree, changes=True,
            takes_id=True),
 )

@@ -77,6 +77,8 @@ async def list_messages(ctx):
 
 
 MAX_PROMPT_CHARS = 1_000_000
+MAX_FILE_NAME_CHARS = 64  # of a project command or agent (project_commands.NAME_PATTERN)
+MAX_ARGUMENTS_CHARS = 100_000
 MAX_ATTACHMENTS = 20
 MAX_ATTACHMENT_NAME_CHARS = 255
 MIME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9!#$&^_.+-]{0,63}/[a-z0-9][a-z0-9!#$&^_.+-]{0,127}$")
@@ -175,8 +177,12 @@ async def _attachments(raw) -> tuple[list[tuple[str, str, bytes]], list[tuple[st
 
 async def prompt_session(ctx):
     await require_session(ctx)  # an unknown session is 404 before its body is read
-    body = await ctx.body(("text", "model", "autoaccept", "mode", "reasoning", "attachments", "steer"))
+    body = await ctx.body(("text", "model", "autoaccept", "mode", "reasoning", "attachments", "steer", "command",
+                           "arguments", "agent"))
     text = body.text("text", max_chars=MAX_PROMPT_CHARS, strip=False, allow_empty=True, default="")
+    command = body.text("command", max_chars=MAX_FILE_NAME_CHARS)
+    arguments = body.text("arguments", max_chars=MAX_ARGUMENTS_CHARS, strip=False, allow_empty=True)
+    agent = body.text("agent", max_chars=MAX_FILE_NAME_CHARS)
     model = body.text("model", max_chars=300)
     autoaccept = body.boolean("autoaccept")
     mode = body.choice("mode", MODES)
@@ -186,7 +192,8 @@ async def prompt_session(ctx):
     body.errors.extend(problems)
     body.done()
     return await ctx.services.sessions.send(ctx.id, text, model=model, mode=mode, autoaccept=autoaccept,
-                                            reasoning=reasoning, attachments=files, steer=steer)
+                                            reasoning=reasoning, attachments=files, steer=steer, command=command,
+                                            arguments=arguments, agent=agent)
 
 
 async def unqueue_prompt(ctx):

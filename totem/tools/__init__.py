@@ -53,6 +53,9 @@ class ToolContext:
     # person is asked. Raises ToolError when denied or rejected.
     permit: Callable[..., Awaitable[None]] | None = None
     start_job: Callable[[str], dict] | None = None  # run a command in the background; returns the job
+    # Hand a piece of work to a sub-agent (the task tool): runs it as a child session and
+    # returns (its final answer, its session id). Raises ToolError.
+    delegate: Callable[[str, str, str], Awaitable[tuple[str, str]]] | None = None
     # Called from a worker thread before a change to the project's files: records what the change
     # will leave on disk (files.change_entry), so a restart after a crash knows what landed.
     journal: Callable[[list[dict]], None] | None = None
@@ -78,6 +81,8 @@ class Tool:
     schema: dict = {"type": "object", "properties": {}, "additionalProperties": False}
     # What the permission engine reads: the kind of subjects, whether the tool changes things.
     kind: ToolKind = ToolKind(PATH, changes=False)
+    # The name its calls are decided and ruled under, when not its own (an MCP server's tools: mcp).
+    permission_name: str = ""
 
     def subjects(self, args: dict, ctx: ToolContext) -> list[str]:
         """The permission subjects: the paths the call touches, relative to the project, with `/`.
@@ -92,14 +97,18 @@ class Tool:
         """Do the work. Raises ToolError with a message for the model."""
         raise NotImplementedError
 
+    def question_input(self, args: dict) -> dict:
+        """What a question about the call shows of it: its arguments."""
+        return args
+
     def preview(self, args: dict, ctx: ToolContext) -> list | None:
         """The changes the call would make (tools.files.Planned), computed by the same code as
         `run` with nothing written, for the question that asks before it; None for a tool that
         shows none. Blocks. Raises ToolError when the call would fail."""
         return None
 
-    def spec(self) -> dict:
-        """This tool in the OpenAI `tools` array."""
+    def spec(self) -> dict | None:
+        """This tool in the OpenAI `tools` array (None: not declared now, though callable)."""
         return {"type": "function", "function": {
             "name": self.name, "description": self.description, "parameters": self.schema}}
 
@@ -118,6 +127,10 @@ class Registry:
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
 
+    def with_tools(self, tools: Iterable[Tool]) -> Registry:
+        """This registry and `tools` (a run's MCP tools). Raises ValueError for a name used twice."""
+        return Registry([*self._tools.values(), *tools])
+
     def kinds(self) -> dict[str, ToolKind]:
         """Every name a permission rule may have, with its declaration: the tools, then the
         subjects decided without being a tool of the model (PERMISSION_SUBJECTS)."""
@@ -128,7 +141,7 @@ class Registry:
 
     def specs(self) -> list[dict]:
         """The OpenAI `tools` array, in registration order."""
-        return [tool.spec() for tool in self._tools.values()]
+        return [spec for tool in self._tools.values() if (spec := tool.spec()) is not None]
 
     def parse_arguments(self, name: str, arguments: str | dict | None) -> tuple[Tool, dict]:
         """The tool called `name` and its validated arguments.
@@ -159,6 +172,8 @@ PERMISSION_SUBJECTS = {
     "mcp": ToolKind(CALL, changes=True),
     "mcp-start": ToolKind(TEXT, changes=True),
     "jobstop": ToolKind(TEXT, changes=True),
+    # Declared to a run only beside an MCP server's many tools (mcp/tools.py): gives their schemas.
+    "mcp_schema": ToolKind(TEXT, changes=False),
 }
 
 
@@ -178,11 +193,12 @@ def default_registry() -> Registry:
     from .patch import PatchTool
     from .read import ReadTool
     from .skill import SkillTool
+    from .task import TaskTool
     from .todo import TodoTool
     from .write import WriteTool
 
     return Registry([ReadTool(), GlobTool(), GrepTool(), SkillTool(), TodoTool(), AskTool(),
-                     FetchTool(), WriteTool(), EditTool(), PatchTool(), BashTool()])
+                     TaskTool(), FetchTool(), WriteTool(), EditTool(), PatchTool(), BashTool()])
 
 
 def resolve_path(ctx: ToolContext, path: str, resolve=boundary.resolve_inside) -> str:

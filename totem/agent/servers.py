@@ -1,0 +1,122 @@
+"""A run's project MCP servers: read their definitions, ask before each one starts, and give the
+run its tools.
+
+At the start of a run the project's `.totem/mcp.json` and `.mcp.json` are read again. Each
+server that is not yet running for the session under its exact definition is decided as
+`mcp-start` on the subject `name@<digest>`: an "always" answer stores a rule pinned to that
+digest, so any change to the definition asks again. Plan mode and scheduled runs never start
+one (checked here in code, before any rule: a stored allow must not start a program while
+nobody is there). Each start, refusal, failure and problem of the files is shown in the
+conversation as a part of its own assistant message (`data.servers`), which never enters the
+model's context.
+
+Must not: run tool calls (calls.py does), talk the MCP protocol (mcp/client.py does), or decide
+permissions (the gate does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from .. import totaljs
+from ..events import MessageCreated
+from ..mcp.client import McpError
+from ..mcp.definitions import ServerDefinition, read_definitions
+from ..mcp.servers import McpServers
+from ..mcp.tools import declared_tools
+from ..store import Store, now_ms
+from ..tools import Registry
+from .gate import Asker, PermissionGate
+from .recorder import Recorder
+
+SCHEDULED_START = "a scheduled run never starts an MCP server (nobody is here to approve it)"
+PLAN_START = "plan mode never starts an MCP server"
+
+
+class ProjectServers:
+    """Starts the project MCP servers of runs, through the permission gate."""
+
+    def __init__(self, servers: McpServers, gate: PermissionGate, recorder: Recorder, store: Store, hub,
+                 forge: ServerDefinition | None = None):
+        self.servers = servers
+        self.forge = forge  # the MCP server of Forge (forgemcp), offered to Total.js projects
+        self.gate = gate
+        self.recorder = recorder
+        self.store = store
+        self.hub = hub
+        self.call_timeout_s: float | None = None  # of each tool call; None: the client's own
+
+    async def registry_for(self, asker: Asker, registry: Registry, limits: dict | None = None) -> Registry:
+        """The tools of a run: the built-in ones and those of the project's servers that run (or
+        are started now, once approved); in a Total.js project with `forgemcp`, Forge's too."""
+        definitions, problems = await asyncio.to_thread(read_definitions, asker.root)
+        wanted = self.forge is not None and (limits or {}).get("forge", True) and all(
+            definition.name != "forge" for definition in definitions)
+        if wanted and self.forge is not None and (await asyncio.to_thread(totaljs.detect, asker.root)).totaljs:
+            definitions.append(self.forge)
+        await self.servers.retire(asker.sessionid, definitions)
+        if not definitions and not problems:
+            return registry
+        notes = _Notes(self, asker.sessionid)
+        for problem in problems:
+            await notes.add({"tool": "mcp-start", "input": problem.view(),
+                             "error": f"{problem.file}: {problem.error}"}, "error")
+        for definition in definitions:
+            if self.servers.running(asker.sessionid, definition) is None:
+                await self._start(asker, definition, notes)
+        tools = declared_tools(self.servers.tools(asker.sessionid, definitions))
+        return registry.with_tools(tools) if tools else registry
+
+    async def _start(self, asker: Asker, definition: ServerDefinition, notes: _Notes) -> None:
+        if self.servers.refused(asker.sessionid, definition):
+            return
+        shown = definition.shown()
+        if asker.scheduled or asker.mode != "build":
+            reason = SCHEDULED_START if asker.scheduled else PLAN_START
+            await notes.add({"tool": "mcp-start", "input": shown, "error": f"Not started: {reason}",
+                             "decision": {"action": "deny", "reason": reason, "at": now_ms(), "by": "code"}},
+                            "denied")
+            return
+        part = await notes.open({"tool": "mcp-start", "input": shown, "subjects": [definition.subject]})
+        record = await self.gate.settle(asker, "mcp-start", (definition.subject,), shown,
+                                        before_ask=lambda: self.recorder.update(part, "pending"))
+        part.data["decision"] = record
+        if record["action"] != "allow":
+            self.servers.refuse(asker.sessionid, definition)
+            reason = "the person refused it" if record.get("reply") == "reject" else record["reason"]
+            part.data["error"] = f"Not started: {reason}"
+            await self.recorder.close(part, "denied")
+            return
+        await self.recorder.update(part, "running")
+        try:
+            running = await self.servers.start(asker.sessionid, asker.root, definition, self.call_timeout_s)
+        except McpError as exc:
+            part.data["error"] = str(exc)
+            await self.recorder.close(part, "error")
+            return
+        names = [tool.remote_name for tool in running.tools]
+        part.data.update({"output": f"{definition.name} started with {len(names)} tools: {', '.join(names)}"
+                          + "".join(f"\nleft out: {line}" for line in running.skipped),
+                          "title": f"started {definition.name}", "finished": now_ms()})
+        await self.recorder.close(part, "done")
+
+
+class _Notes:
+    """The assistant message that shows a run's server starts, made at its first part."""
+
+    def __init__(self, owner: ProjectServers, sessionid: str):
+        self.owner = owner
+        self.sessionid = sessionid
+        self.messageid: str | None = None
+
+    async def open(self, data: dict):
+        if self.messageid is None:
+            message = await self.owner.store.add_message(self.sessionid, "assistant", data={"servers": True})
+            message["parts"] = []
+            self.owner.hub.publish(MessageCreated(self.sessionid, message))
+            self.messageid = message["id"]
+        return await self.owner.recorder.open(self.sessionid, self.messageid, "tool", status="pending", data=data)
+
+    async def add(self, data: dict, status: str) -> None:
+        part = await self.open(data)
+        await self.owner.recorder.close(part, status)

@@ -1,0 +1,215 @@
+"""The MCP servers a project names: reading and validating `.totem/mcp.json` and `.mcp.json`.
+
+Both files have the common shape `{"mcpServers": {NAME: DEFINITION}}`, where a definition starts
+a program (`{"command", "args", "env"}`) or reaches a remote server (`{"type": "http", "url",
+"headers"}`; `"type": "sse"` names the older HTTP+SSE transport). `.totem/mcp.json` comes first:
+a name it defines is not taken again from `.mcp.json`. Every problem (a file that is not JSON, a
+field of the wrong type, a name that cannot be part of a tool name) is listed with its file and
+the reason, and the rest of the file still counts.
+
+A definition's `digest` is a hash of everything that decides what runs or where it connects:
+the approval of a start is pinned to it, so a changed command, argument, environment value, URL
+or header asks again.
+
+Must not: start anything, decide permissions, or expand variables from the server's own
+environment into a definition (a project file could read the server's secrets that way).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shlex
+from dataclasses import dataclass, field
+from urllib.parse import urljoin, urlsplit
+
+from ..boundary import BoundaryError, resolve_inside
+
+CONFIG_FILES = (".totem/mcp.json", ".mcp.json")
+MAX_CONFIG_BYTES = 256 * 1024
+MAX_SERVERS = 32
+MAX_ARGS = 256
+MAX_TEXT_CHARS = 4096  # of one command, argument, value or URL
+# A server's name becomes part of its tools' names (`mcp__<server>__<tool>`): a few plain
+# characters, and never "__", which separates the parts.
+SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}$")
+# Variables a definition may not set: they would change which programs or libraries run.
+FORBIDDEN_ENV = frozenset({"LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "PATH", "BASH_ENV", "ENV",
+                           "PYTHONSTARTUP", "NODE_OPTIONS", "PERL5OPT", "GIT_CONFIG_COUNT"})
+TRANSPORTS = ("stdio", "http", "sse")
+
+
+@dataclass(frozen=True)
+class ServerDefinition:
+    """One MCP server of a project, as its file defines it."""
+
+    name: str
+    source: str  # the file, relative to the project
+    transport: str  # stdio, http or sse
+    command: str = ""
+    args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    url: str = ""
+    headers: tuple[tuple[str, str], ...] = ()
+    digest: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        exact = json.dumps([self.transport, self.command, list(self.args), [list(item) for item in self.env],
+                            self.url, [list(item) for item in self.headers]], ensure_ascii=False)
+        object.__setattr__(self, "digest", hashlib.sha256(exact.encode()).hexdigest())
+
+    @property
+    def subject(self) -> str:
+        """What the start is decided on (`mcp-start`): the name and the exact definition's hash."""
+        return f"{self.name}@{self.digest}"
+
+    @property
+    def host(self) -> str:
+        return urlsplit(self.url).hostname or "" if self.url else ""
+
+    def shown(self) -> dict:
+        """What the person is shown before it starts: the exact command line and the names of
+        the variables it gets, or the URL, the host it goes to and the names of the headers
+        (their values may be keys)."""
+        base = {"server": self.name, "file": self.source, "transport": self.transport}
+        if self.transport == "stdio":
+            return base | {"command": shlex.join([self.command, *self.args]),
+                           "env": [key for key, _value in self.env]}
+        return base | {"url": self.url, "host": self.host, "headers": [key for key, _value in self.headers]}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A definition that cannot be used, and why."""
+
+    file: str
+    error: str
+    server: str | None = None
+
+    def view(self) -> dict:
+        return {"file": self.file, "error": self.error} | ({"server": self.server} if self.server else {})
+
+
+def forge_definition(forgeurl: str) -> ServerDefinition:
+    """The MCP server of Forge (config.ini's `forgemcp`): the MCP route (`/$mcp/`) of the
+    Total.js application at `forgeurl`, offered to Total.js projects and asked before it starts
+    like every project server."""
+    return ServerDefinition("forge", "config.ini", "http", url=urljoin(forgeurl.rstrip("/") + "/", "$mcp/"))
+
+
+def read_definitions(root: str) -> tuple[list[ServerDefinition], list[Problem]]:
+    """The servers of the project at `root` and the problems of its files (blocks: file reads).
+    A file that is absent is no problem."""
+    servers: dict[str, ServerDefinition] = {}
+    problems: list[Problem] = []
+    for name in CONFIG_FILES:
+        document, problem = _read_json(root, name)
+        if problem is not None:
+            problems.append(problem)
+        if document is None:
+            continue
+        found, file_problems = parse_definitions(document, name)
+        problems.extend(file_problems)
+        for definition in found:
+            servers.setdefault(definition.name, definition)
+    if len(servers) > MAX_SERVERS:
+        problems.append(Problem(CONFIG_FILES[0], f"more than {MAX_SERVERS} servers; only the first are used"))
+    return list(servers.values())[:MAX_SERVERS], problems
+
+
+def parse_definitions(document: object, source: str) -> tuple[list[ServerDefinition], list[Problem]]:
+    """The definitions of one file's parsed JSON, and the problems found (each server apart)."""
+    if not isinstance(document, dict):
+        return [], [Problem(source, "the file must hold a JSON object with mcpServers")]
+    servers = document.get("mcpServers")
+    if servers is None:
+        return [], [Problem(source, "mcpServers is missing")]
+    if not isinstance(servers, dict):
+        return [], [Problem(source, "mcpServers must be an object of server names")]
+    found, problems = [], []
+    for name, entry in servers.items():
+        try:
+            found.append(_definition(name, entry, source))
+        except ValueError as exc:
+            problems.append(Problem(source, str(exc), name if isinstance(name, str) else None))
+    return found, problems
+
+
+def _definition(name: str, entry: object, source: str) -> ServerDefinition:
+    if not SERVER_NAME.match(name) or "__" in name:
+        raise ValueError(f"the server name {name[:40]!r} must be 1 to 32 letters, digits, - or _ "
+                         "(starting with a letter or digit, without __)")
+    if not isinstance(entry, dict):
+        raise ValueError(f"{name}: the definition must be an object")
+    kind = entry.get("type", "stdio" if "command" in entry else None)
+    if kind == "streamable-http":
+        kind = "http"
+    if kind not in TRANSPORTS:
+        raise ValueError(f"{name}: type must be stdio, http or sse (or give a command)")
+    allowed = {"type", "command", "args", "env", "cwd"} if kind == "stdio" else {"type", "url", "headers"}
+    unknown = sorted(set(entry) - allowed - {"description", "disabled"})
+    if unknown:
+        raise ValueError(f"{name}: unknown field {unknown[0]!r} for a {kind} server")
+    if "cwd" in entry:
+        raise ValueError(f"{name}: cwd is not supported: a server runs in the project folder")
+    if kind == "stdio":
+        command = _text(entry.get("command"), f"{name}: command")
+        args = entry.get("args", [])
+        if not isinstance(args, list) or len(args) > MAX_ARGS:
+            raise ValueError(f"{name}: args must be a list of at most {MAX_ARGS} strings")
+        env = _pairs(entry.get("env", {}), f"{name}: env", ENV_NAME)
+        for key, _value in env:
+            if key in FORBIDDEN_ENV:
+                raise ValueError(f"{name}: env may not set {key}")
+        return ServerDefinition(name, source, "stdio", command=command,
+                                args=tuple(_text(arg, f"{name}: args", empty=True) for arg in args), env=env)
+    url = _text(entry.get("url"), f"{name}: url")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{name}: url must be an http:// or https:// address with a host")
+    if parts.username or parts.password:
+        raise ValueError(f"{name}: url may not hold a user or password; use headers")
+    headers = _pairs(entry.get("headers", {}), f"{name}: headers", HEADER_NAME)
+    return ServerDefinition(name, source, kind, url=url, headers=headers)
+
+
+def _text(value: object, what: str, empty: bool = False) -> str:
+    if not isinstance(value, str) or (not value and not empty):
+        raise ValueError(f"{what} must be a {'' if empty else 'non-empty '}string")
+    if len(value) > MAX_TEXT_CHARS or any(ch in value for ch in "\0\r\n"):
+        raise ValueError(f"{what} must be at most {MAX_TEXT_CHARS} characters on one line")
+    return value
+
+
+def _pairs(value: object, what: str, names: re.Pattern) -> tuple[tuple[str, str], ...]:
+    if not isinstance(value, dict):
+        raise ValueError(f"{what} must be an object of names and string values")
+    pairs = []
+    for key, item in value.items():
+        if not names.match(key):
+            raise ValueError(f"{what}: {key[:40]!r} is not a valid name")
+        pairs.append((key, _text(item, f"{what}: {key}", empty=True)))
+    return tuple(sorted(pairs))
+
+
+def _read_json(root: str, name: str) -> tuple[object | None, Problem | None]:
+    try:
+        path = resolve_inside(root, name)
+    except BoundaryError as exc:
+        return None, Problem(name, f"cannot be used: {exc}")
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read(MAX_CONFIG_BYTES + 1)
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, Problem(name, f"cannot be read: {exc.strerror or exc}")
+    if len(raw) > MAX_CONFIG_BYTES:
+        return None, Problem(name, f"larger than {MAX_CONFIG_BYTES // 1024} KB")
+    try:
+        return json.loads(raw.decode("utf-8")), None
+    except (UnicodeDecodeError, ValueError) as exc:
+        return None, Problem(name, f"not valid JSON: {exc}")

@@ -1,0 +1,40 @@
+"""Projects|mcp: the MCP servers a project defines and what became of each.
+
+The use case behind the API's list: read the project's definitions (in the folder of the
+session when one is given: a worktree has its own files) and join them with the state of the
+servers of that session, or with how many sessions run each.
+
+Must not: start or stop servers (the agent's runs do, after asking), or decide anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from .boundary import real_root, session_root
+from .errors import NotFound
+from .mcp.definitions import read_definitions
+from .mcp.servers import McpServers
+from .store import Store
+
+
+class ProjectServersService:
+    def __init__(self, store: Store, servers: McpServers):
+        self.store = store
+        self.servers = servers
+
+    async def list(self, projectid: str, sessionid: str | None = None) -> dict:
+        """`{servers: [...], invalid: [{file, error, server?}]}`. Raises NotFound for an unknown
+        project, or a session that is not one of the project's."""
+        project = await self.store.get_project(projectid)
+        if project is None:
+            raise NotFound(("id", f"no project {projectid}"))
+        root = real_root(project["path"])
+        if sessionid is not None:
+            session = await self.store.get_session(sessionid)
+            if session is None or session["projectid"] != projectid:
+                raise NotFound(("sessionid", f"no session {sessionid} in this project"))
+            root = session_root(session, project)
+        definitions, problems = await asyncio.to_thread(read_definitions, root)
+        return {"servers": self.servers.states(sessionid, definitions),
+                "invalid": [problem.view() for problem in problems]}
