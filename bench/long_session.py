@@ -46,6 +46,9 @@ FILE_LINES = 2000
 WHOLE = 1 << 20  # each answer leaves in one write: the server never waits for the rest of it
 SUMMARY = "Summary: the person wants big.txt and the counts walked through; parts read so far are noted."
 PRICE = {"prompt": "0.000003", "completion": "0.000015"}  # USD per token, as OpenRouter says it
+WIDE_WINDOW = 4_000_000  # holds every step of the wide session: nothing is pruned
+WIDE_STEPS = 200
+WIDE_READ_LINES = 230  # about 16 KB with the line numbers
 PROMPT = "Walk through big.txt and the counts, a part at a time, and tell me what you find."
 
 
@@ -130,6 +133,43 @@ async def measure(port: int, project_dir: str) -> list[tuple]:
     return rows
 
 
+async def measure_wide(port: int, project_dir: str) -> list[tuple]:
+    """WIDE_STEPS reads of about 16 KB each in a window that holds them all: nothing is pruned,
+    so every step's history is longer than the last; the server time at the last step against
+    the second says whether a step's cost grows with the session."""
+    async with LongModel() as model:
+        model.serve_json("GET", "/v1/models", {"data": [
+            {"id": MODEL_ID, "name": "Scripted", "context_length": WIDE_WINDOW, "pricing": PRICE,
+             "supported_parameters": ["tools"], "architecture": {"output_modalities": ["text"]}}]})
+        provider = await api(port, "providers_save", {"name": "Wide", "kind": "openrouter", "url": model.url,
+                                                      "key": "sk-or-bench-0123456789"})
+        project = await api(port, "projects_open", {"path": project_dir})
+        catalog = await api(port, "providers_catalog")
+        if WIDE_WINDOW not in [m["context"] for m in catalog["models"]]:
+            raise BenchError(f"the catalog does not give the {WIDE_WINDOW}-token window: {catalog}")
+        async with ws_connect(f"ws://{HOST}:{port}/ws/", compression=None, open_timeout=API_TIMEOUT_S) as ws:
+            bench = Bench(port, model, ws, project, f"{provider['id']}/{MODEL_ID}")
+            await api(port, "settings_save", {"scope": "all", "key": "steps", "value": WIDE_STEPS + 1})
+            sessionid = await bench.new_session()
+            first = len(model.requests)
+            script = [reply(f"step {step}", tool_calls=[("read", {"path": "big.txt", "offset": (step * 7) % 1700 + 1,
+                                                                   "limit": WIDE_READ_LINES})], max_piece=WHOLE)
+                      for step in range(WIDE_STEPS)]
+            await bench.run(sessionid, *script, reply("done", max_piece=WHOLE))
+    chats = [request for request in model.requests[first:] if is_chat(request)]
+    ends, arrivals = model.ends[-len(chats):], model.arrivals[-len(chats):]
+    gaps = [(arrivals[index + 1] - ends[index]) / 1e6 for index in range(len(chats) - 1)]
+    second, last = statistics.median(gaps[1:4]), statistics.median(gaps[-3:])
+    return [(f"long session, no pruning: {WIDE_STEPS} reads of ~16 KB, last request body", len(chats[-1].raw_body),
+             "bytes", "", None),
+            ("long session, no pruning: tool outputs pruned in the last request",
+             sum(1 for m in chats[-1].body["messages"] if m["role"] == "tool" and "removed to fit" in m["content"]),
+             "", "", None),
+            ("long session, no pruning: server time at step 2 (median of steps 2-4)", second, "ms", "", None),
+            (f"long session, no pruning: server time at step {WIDE_STEPS} (median of the last 3)", last, "ms",
+             "<= 2 x step 2", last <= 2 * second)]
+
+
 def main() -> list[tuple]:
     with (tempfile.TemporaryDirectory(prefix="totem-bench-pyc-") as pycache,
           tempfile.TemporaryDirectory(prefix="totem-bench-project-") as project_dir):
@@ -138,7 +178,8 @@ def main() -> list[tuple]:
         with running_server(server_env(pycache)) as server:
             wait_until_ready(server)
             try:
-                return asyncio.run(measure(server.port, os.path.realpath(project_dir)))
+                rows = asyncio.run(measure(server.port, os.path.realpath(project_dir)))
+                return rows + asyncio.run(measure_wide(server.port, os.path.realpath(project_dir)))
             except BenchError as exc:
                 raise BenchError(f"{exc}\nserver log:\n{server.log_tail()}") from None
 

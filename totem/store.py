@@ -595,22 +595,7 @@ class Store:
                         rows, more = rows[:count], True
                         break
             rows.reverse()
-            if rows:
-                marks = ",".join("?" * len(rows))
-                parts = _rows(c.execute(
-                    f"SELECT * FROM parts WHERE messageid IN ({marks}) ORDER BY id", [r["id"] for r in rows]))
-            else:
-                parts = []
-            _join_pieces(c, parts)
-            by_message: dict[str, list] = {r["id"]: [] for r in rows}
-            for part in parts:
-                by_message[part["messageid"]].append(_decode_part(part))
-            messages = []
-            for row in rows:
-                message = _decode_message(row)
-                message["parts"] = by_message[row["id"]]
-                messages.append(message)
-            return messages, more
+            return _with_parts(c, rows), more
         return await self.read(run)
 
     async def add_message(self, sessionid: str, role: str, model: str | None = None, data: dict | None = None,
@@ -725,8 +710,21 @@ class Store:
     async def session_history(self, sessionid: str) -> list[MessageRow]:
         """Every message of a session with its parts, oldest first (for the model's context);
         none that an undo took back, none that waits for the current run to end."""
-        messages, _more = await self.list_messages(sessionid, None, 1_000_000)
-        return [message for message in messages if not message["reverted"] and not message["data"].get("queued")]
+        messages, _last = await self.history_after(sessionid, None)
+        return messages
+
+    async def history_after(self, sessionid: str, after: str | None) -> tuple[list[MessageRow], str | None]:
+        """`(messages, last)`: what session_history gives of the messages after the id `after`
+        (all with None), and the id of the newest message read (left out or not), for the next
+        call: a run reads only what its last step added."""
+        def run(c):
+            rows = _rows(c.execute("SELECT * FROM messages WHERE sessionid = ? AND id > ? ORDER BY id",
+                                   (sessionid, after or "")))
+            last = rows[-1]["id"] if rows else after
+            rows = [row for row in rows if not row.get("reverted")]
+            messages = [message for message in _with_parts(c, rows) if not message["data"].get("queued")]
+            return messages, last
+        return await self.read(run)
 
     # -- attachments --------------------------------------------------------------------------
 
@@ -1090,6 +1088,26 @@ def _settle(future: asyncio.Future, ok: bool, value) -> None:
         future.set_result(value)
     else:
         future.set_exception(value)
+
+
+def _with_parts(c, rows: list[dict]) -> list[MessageRow]:
+    """Message rows decoded, each with its parts (their text joined from the pieces)."""
+    parts: list[dict] = []
+    ids = [row["id"] for row in rows]
+    for start in range(0, len(ids), 500):  # sqlite's limit on the number of parameters
+        chunk = ids[start:start + 500]
+        parts += _rows(c.execute(f"SELECT * FROM parts WHERE messageid IN ({','.join('?' * len(chunk))}) "
+                                 "ORDER BY id", chunk))
+    _join_pieces(c, parts)
+    by_message: dict[str, list] = {row["id"]: [] for row in rows}
+    for part in parts:
+        by_message[part["messageid"]].append(_decode_part(part))
+    messages: list[MessageRow] = []
+    for row in rows:
+        message = _decode_message(row)
+        message["parts"] = by_message[row["id"]]
+        messages.append(message)  # type: ignore[arg-type]  # a decoded row is a MessageRow
+    return messages
 
 
 def _decode_message(row: dict) -> dict:

@@ -230,7 +230,7 @@ def conversation_order(history: list[MessageRow], current: str | None = None) ->
 
 
 def history_messages(history: list[MessageRow], attachments: dict[str, list[ContentItem]], marker: str,
-                     current: str | None = None) -> list[dict]:
+                     current: str | None = None, converted: dict[str, list[dict]] | None = None) -> list[dict]:
     """Chat messages for the stored history, in the OpenAI shape that every kind's adapter starts
     from (`attachments`: the content of each user message's files, by message id, as
     `RunAttachments.by_message` gives them; `current`: the id of the running prompt's message),
@@ -238,6 +238,9 @@ def history_messages(history: list[MessageRow], attachments: dict[str, list[Cont
 
     Every envelope of one request carries the same `marker`, that of the current run: the
     history is wrapped again at every step, so results of earlier runs get the new marker too.
+    `converted` keeps the chat messages of each stored message for the next steps of the run
+    (a stored message does not change while its run goes on), so a step converts only what
+    the last one added.
     """
     messages = []
     history = conversation_order(history, current)
@@ -254,11 +257,21 @@ def history_messages(history: list[MessageRow], attachments: dict[str, list[Cont
                 later = [last_user, *later]
         history = later
     for message in history:
-        if message["role"] == "user":
-            messages.append(user_message(message, attachments.get(message["id"], []), marker))
-        elif message["role"] == "assistant" and any(part["kind"] in ("text", "tool") for part in message["parts"]):
-            messages.extend(assistant_messages(message, marker))
+        done = converted.get(message["id"]) if converted is not None else None
+        if done is None:
+            done = _chat_messages(message, attachments, marker)
+            if converted is not None:
+                converted[message["id"]] = done
+        messages.extend(done)
     return messages
+
+
+def _chat_messages(message: MessageRow, attachments: dict[str, list[ContentItem]], marker: str) -> list[dict]:
+    if message["role"] == "user":
+        return [user_message(message, attachments.get(message["id"], []), marker)]
+    if message["role"] == "assistant" and any(part["kind"] in ("text", "tool") for part in message["parts"]):
+        return assistant_messages(message, marker)
+    return []
 
 
 # -- fitting the window ---------------------------------------------------------------------------
@@ -287,10 +300,31 @@ class ContextFull(Exception):
     """The request passes the window even with every old tool output removed."""
 
 
-def estimated_tokens(messages: list[dict], tools: list[dict]) -> int:
+def estimated_tokens(messages: list[dict], tools: list[dict], sizes: Sizes | None = None) -> int:
     """The size of a request in tokens, from the length of its JSON (counted, not built: a
-    request may carry megabytes of attachments, and this runs at every step)."""
-    return int((_json_size(messages) + _json_size(tools)) / CHARS_PER_TOKEN) + 1
+    request may carry megabytes of attachments, and this runs at every step). With `sizes`, the
+    size of a message already counted is not counted again."""
+    if sizes is None:
+        return int((_json_size(messages) + _json_size(tools)) / CHARS_PER_TOKEN) + 1
+    counted = 2 + sum(sizes.of(message) + 1 for message in messages)
+    # The tools are new objects at every step, and a few KB: their JSON is quicker than a walk.
+    return int((counted + len(json.dumps(tools, ensure_ascii=False))) / CHARS_PER_TOKEN) + 1
+
+
+class Sizes:
+    """The JSON size of each chat message of a run, counted once: a run's history repeats its
+    messages at every step. Each entry holds its message, so its id stays its own."""
+
+    def __init__(self) -> None:
+        self._sizes: dict[int, tuple[dict, int]] = {}
+
+    def of(self, message: dict) -> int:
+        entry = self._sizes.get(id(message))
+        if entry is not None and entry[0] is message:
+            return entry[1]
+        size = _json_size(message)
+        self._sizes[id(message)] = (message, size)
+        return size
 
 
 def _json_size(value) -> int:
@@ -307,7 +341,7 @@ def _json_size(value) -> int:
 
 
 def fit_window(messages: list[dict], tools: list[dict], window: int,
-               known: bool = True) -> tuple[list[dict], int]:
+               known: bool = True, sizes: Sizes | None = None) -> tuple[list[dict], int]:
     """`(messages, pruned)`: the request under WINDOW_SHARE of `window`. Old tool outputs (never
     the user's messages, never the latest KEPT_STEPS steps) are replaced by a note that says what
     was removed and how to get it again, oldest first; when that is not enough and the window is
@@ -318,7 +352,7 @@ def fit_window(messages: list[dict], tools: list[dict], window: int,
     `pruned` counts the outputs removed or cut. Raises ContextFull when all that is not enough
     and the window is `known` (a guessed window prunes, but leaves the verdict to the model)."""
     budget = int(window * WINDOW_SHARE)
-    total = estimated_tokens(messages, tools)
+    total = estimated_tokens(messages, tools, sizes)
     if total <= budget:
         return messages, 0
     steps = [index for index, message in enumerate(messages) if message.get("role") == "assistant"]

@@ -30,6 +30,7 @@ from .calls import ToolCalls
 from .context import (
     ContextFull,
     RunAttachments,
+    Sizes,
     compaction_messages,
     fit_window,
     history_messages,
@@ -82,6 +83,11 @@ class _Run:
     # The prompt's message, named by each answer (`data.prompt`): a queued prompt stored during
     # the run before enters the conversation where its answers begin (context.history_messages).
     messageid: str | None = None
+    history: list = field(default_factory=list)  # the messages read so far by this run's steps
+    history_last: str | None = None  # the id of the newest message read
+    system: dict | None = None  # the system message, made at the first step
+    converted: dict = field(default_factory=dict)  # the chat messages of each stored message read
+    sizes: Sizes = field(default_factory=Sizes)  # the JSON size of each chat message counted
     review: Review | None = None  # a Total.js project's self-check of each answer (knowledge.py)
     tools: Registry | None = None  # the run's tools: the built-in tools and its MCP servers' (None: built-in)
 
@@ -352,13 +358,13 @@ class Runs:
         window = target.context or target.kind.default_context
         messages = await self._messages(run)
         try:
-            messages, pruned = fit_window(messages, tools, window, known=bool(target.context))
+            messages, pruned = fit_window(messages, tools, window, known=bool(target.context), sizes=run.sizes)
         except ContextFull:
             # Pruning was not enough: the model summarizes the conversation once, and the
             # request is built again from the summary; still too big ends the run, never a loop.
             await self._compact(run, target, messages, window)
             try:
-                messages, pruned = fit_window(await self._messages(run), tools, window, known=True)
+                messages, pruned = fit_window(await self._messages(run), tools, window, known=True, sizes=run.sizes)
             except ContextFull as exc:
                 raise ProviderError(f"{exc} (after compacting the conversation)", retry=False) from None
         run.pruned = pruned
@@ -369,13 +375,18 @@ class Runs:
 
 
     async def _messages(self, run: _Run) -> list[dict]:
-        history = [message for message in await self.store.session_history(run.session["id"])
-                   if not message["data"].get("servers")]  # the starts of MCP servers: for the person
+        # What earlier steps read stays as it was (a run's messages change only by being added
+        # to: undo is refused while it runs), so each step reads only the messages after them.
+        added, run.history_last = await self.store.history_after(run.session["id"], run.history_last)
+        run.history += [message for message in added
+                        if not message["data"].get("servers")]  # the starts of MCP servers: for the person
+        history = run.history
         attachments = await run.attachments.by_message(self.store, history, run.marker)
-        system = await system_message(self.system_template, run.asker.root, run.marker)
-        if run.prompt.instructions:  # the prompt's agent (project_commands.py)
-            system = system | {"content": system["content"] + run.prompt.instructions}
-        return [system] + history_messages(history, attachments, run.marker, run.messageid)
+        if run.system is None:
+            run.system = await system_message(self.system_template, run.asker.root, run.marker)
+            if run.prompt.instructions:  # the prompt's agent (project_commands.py)
+                run.system = run.system | {"content": run.system["content"] + run.prompt.instructions}
+        return [run.system] + history_messages(history, attachments, run.marker, run.messageid, run.converted)
 
     async def _compact(self, run: _Run, target, messages: list[dict], window: int) -> None:
         """A summary of the conversation by the session's model, without tools, stored as an
