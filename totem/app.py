@@ -25,7 +25,6 @@ from .forge import ForgeDocs
 from .httpd import HttpServer
 from .jobs import Jobs
 from .mcp.definitions import forge_definition
-from .mcp.server import McpServer
 from .mcp.servers import McpServers
 from .project_servers import ProjectServersService
 from .projects import Projects
@@ -91,7 +90,10 @@ class App:
                                  settings=settings,
                                  servers=ProjectServersService(self.store, self.mcp_clients))
         # POST /$mcp/, only when config.ini says mcp = true.
-        self.mcp = McpServer(self.services) if config.mcp else None
+        self.mcp = None
+        if config.mcp:
+            from .mcp.server import McpServer  # loaded only when config.ini serves the route
+            self.mcp = McpServer(self.services)
         self.router = Router(self, static_dir)
         self.http = HttpServer(self.router.handle, config.headtimeout, config.bodytimeout, config.keepalive,
                                config.writetimeout)

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from urllib.parse import urljoin, urlsplit
 
 from .tools import ToolContext, ToolError
-from .tools.fetch import FetchTool
 
 log = logging.getLogger("totem.forge")
 
@@ -126,11 +125,11 @@ def search(entries: list[Entry], prompt: str, limit: int = 3) -> list[tuple[int,
 class ForgeDocs:
     """The documentation of one Totem: the kept index, and the downloads."""
 
-    def __init__(self, data_dir: str, url: str, fetcher: FetchTool | None = None):
+    def __init__(self, data_dir: str, url: str, fetcher=None):
         self.folder = os.path.join(data_dir, "forge")
         self.base = url.rstrip("/") + "/"
         self.host = urlsplit(self.base).hostname or ""
-        self.fetcher = fetcher or FetchTool(total_timeout=TIMEOUT_S)
+        self.fetcher = fetcher  # a FetchTool; made with the first download
         self._lock = asyncio.Lock()
         self._failed_at = 0.0
         self._entries: tuple[float, list[Entry]] | None = None
@@ -200,6 +199,9 @@ class ForgeDocs:
                 raise ToolError(f"the documentation sent Totem to {subject}, which is not {host}")
 
         ctx = ToolContext(root=self.folder, sessionid="", permit=permit)
+        if self.fetcher is None:
+            from .tools.fetch import FetchTool  # loaded with the first download, not at start-up
+            self.fetcher = FetchTool(total_timeout=TIMEOUT_S)
         result = await self.fetcher.run({"url": url, "max_bytes": cap}, ctx)
         status = result.data.get("status")
         if status != 200:

@@ -17,7 +17,7 @@ import os
 import stat
 from typing import Any
 
-from . import project_commands, totaljs, worktrees
+from . import worktrees
 from .boundary import BoundaryError, is_protected_env, real_root, relative_path, resolve_inside
 from .errors import ApiError, BadRequest, NotFound
 from .git import GitError, folder_status
@@ -60,6 +60,7 @@ class Projects:
     async def list(self) -> list[dict]:
         """Every project, the most recently opened first, each with `totaljs` (and
         `totaljsversion`, 4, 5 or None): whether it is a Total.js project (totaljs.detect)."""
+        from . import totaljs  # its patterns take a while to compile: not at start-up
         rows = await self.store.list_projects()
         found = await asyncio.to_thread(lambda: [totaljs.detect(row["path"]) for row in rows])
         return [project_view(row) | {"totaljs": detection.totaljs, "totaljsversion": detection.version}
@@ -131,6 +132,7 @@ class Projects:
         a file that cannot be used is listed in `invalid` with why. Raises NotFound."""
         project = await self.get(projectid)
         root = real_root(await self._folder(project, sessionid))
+        from . import project_commands  # its patterns take a while to compile: not at start-up
         return (await asyncio.to_thread(project_commands.read_listing, root)).view()
 
     async def git(self, projectid: str) -> dict:

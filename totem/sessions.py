@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import project_commands, worktrees
+from . import worktrees
+
+if TYPE_CHECKING:
+    from . import project_commands
 from .agent.loop import REASONING_LEVELS, Prompt, RunRefused
 from .agent.providers import ModelError
 from .boundary import real_root, session_root
@@ -349,6 +352,7 @@ class Sessions:
                                        "and it runs when the current run ends"))
         if project is None:
             raise NotFound(("id", f"no project of session {session['id']}"))
+        from . import project_commands  # its patterns take a while to compile: not at start-up
         try:
             return await asyncio.to_thread(project_commands.choose, session_root(session, project), command,
                                            arguments, agent)

@@ -15,7 +15,6 @@ from collections.abc import Awaitable, Callable
 
 from ..events import MessageCreated
 from ..store import Store, now_ms
-from . import client
 from .context import CHARS_PER_TOKEN, estimated_tokens
 from .kinds.base import PRICE_TOKENS, Price
 from .provider_errors import ProviderError
@@ -73,6 +72,7 @@ class Answers:
         usage = first_token = result = None
         opened, messageid = self.recorder.open, message["id"]
         try:
+            from . import client  # the HTTP client (and ssl) load with the first answer, not at start-up
             stream = client.stream_chat(target.kind, target.url, target.key, body)
             async with contextlib.aclosing(stream) as events:
                 async for event in events:

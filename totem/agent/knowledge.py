@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 
-from .. import totaljs
 from ..forge import ForgeDocs
 from .answers import Review
 from .recorder import Recorder
@@ -38,6 +37,7 @@ class TotalJsKnowledge:
         check = bool(limits.get("selfcheck", False))
         if not docs and not check:
             return None
+        from .. import totaljs  # its patterns take a while to compile: not at start-up
         detection = await asyncio.to_thread(totaljs.detect, root)
         if not detection.totaljs:
             return None

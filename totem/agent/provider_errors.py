@@ -14,7 +14,6 @@ clock is read only to turn an absolute reset time into a delay, and callers may 
 
 from __future__ import annotations
 
-import email.utils
 import json
 import re
 import time
@@ -280,6 +279,7 @@ def _number(value: str | None) -> float | None:
 
 def _http_date_delay(value: str, now: float) -> float | None:
     try:
+        import email.utils  # only for a Retry-After that is a date: not at start-up
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
         return None

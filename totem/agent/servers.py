@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 
-from .. import totaljs
 from ..events import MessageCreated
 from ..mcp.client import McpError
 from ..mcp.definitions import ServerDefinition, read_definitions
@@ -52,7 +51,7 @@ class ProjectServers:
         definitions, problems = await asyncio.to_thread(read_definitions, asker.root)
         wanted = self.forge is not None and (limits or {}).get("forge", True) and all(
             definition.name != "forge" for definition in definitions)
-        if wanted and self.forge is not None and (await asyncio.to_thread(totaljs.detect, asker.root)).totaljs:
+        if wanted and self.forge is not None and await _is_totaljs(asker.root):
             definitions.append(self.forge)
         await self.servers.retire(asker.sessionid, definitions)
         if not definitions and not problems:
@@ -99,6 +98,11 @@ class ProjectServers:
                           + "".join(f"\nleft out: {line}" for line in running.skipped),
                           "title": f"started {definition.name}", "finished": now_ms()})
         await self.recorder.close(part, "done")
+
+
+async def _is_totaljs(root: str) -> bool:
+    from .. import totaljs  # its patterns take a while to compile: not at start-up
+    return (await asyncio.to_thread(totaljs.detect, root)).totaljs
 
 
 class _Notes:

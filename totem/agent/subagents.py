@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 
-from .. import project_commands
 from ..events import SessionUpdated
 from ..store import session_view
 from ..tools import ToolError
@@ -84,6 +83,7 @@ class SubAgents:
         if agent == EXPLORE:
             return Prompt(text=text, model=parent.model, mode="plan", autoaccept=False,
                           scheduled=asker.scheduled, tools=EXPLORE_TOOLS, instructions=EXPLORE_PROMPT)
+        from .. import project_commands  # its patterns take a while to compile: not at start-up
         listing = await asyncio.to_thread(project_commands.read_listing, asker.root)
         found = listing.agents.get(agent)
         if found is None:

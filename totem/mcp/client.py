@@ -27,7 +27,6 @@ from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 from .. import runner
-from ..agent import client as http
 from ..agent.provider_errors import ProviderError
 from ..agent.sse import SseDecoder, StreamFormatError
 from .definitions import ServerDefinition
@@ -229,6 +228,12 @@ class McpClient:
                 waiter.set_exception(McpError(f"the MCP server {self.name} ended: {reason}"))
 
 
+def _http():
+    """The HTTP client, loaded with the first remote server (not at start-up)."""
+    from ..agent import client
+    return client
+
+
 def _ignore_failure(task: asyncio.Future) -> None:
     if not task.cancelled():
         task.exception()
@@ -370,7 +375,7 @@ class HttpChannel(_HttpBase):
     async def send(self, message: dict) -> None:
         url = self.definition.url
         try:
-            async with http.open_stream("POST", url, self._headers(), message,
+            async with _http().open_stream("POST", url, self._headers(), message,
                                         read_timeout=CALL_TIMEOUT_S * 2) as response:
                 if response.status in (200, 202) and not self.initialized:
                     self.session_id = response.headers.get("mcp-session-id") or self.session_id
@@ -403,7 +408,7 @@ class HttpChannel(_HttpBase):
         if self.session_id:
             with contextlib.suppress(ProviderError, ValueError, OSError, TimeoutError):
                 async with asyncio.timeout(STOP_GRACE_S):
-                    async with http.open_stream("DELETE", self.definition.url, self._headers(),
+                    async with _http().open_stream("DELETE", self.definition.url, self._headers(),
                                                 connect_timeout=STOP_GRACE_S, read_timeout=STOP_GRACE_S) as response:
                         await response.read_prefix(1024)
 
@@ -432,7 +437,7 @@ class SseChannel(_HttpBase):
         assert self.endpoint is not None
         url = self.definition.url
         try:
-            async with http.open_stream("GET", url, self._headers() | {"Accept": "text/event-stream"},
+            async with _http().open_stream("GET", url, self._headers() | {"Accept": "text/event-stream"},
                                         read_timeout=24 * 3600) as response:
                 if response.status != 200:
                     raise McpError(f"the MCP server {self.definition.name} refused its event stream: "
@@ -468,7 +473,7 @@ class SseChannel(_HttpBase):
     async def send(self, message: dict) -> None:
         assert self.endpoint is not None
         try:
-            async with http.open_stream("POST", self.endpoint.result(), self._headers(), message) as response:
+            async with _http().open_stream("POST", self.endpoint.result(), self._headers(), message) as response:
                 body = await response.read_prefix(300)
                 if not 200 <= response.status < 300:
                     raise McpError(f"the MCP server {self.definition.name} refused a message: HTTP "
