@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 # requirements-dev.txt pins mcp 1.x, and one environment holds only one of them.
 MCP2_VENV := $(VENV)/mcp2
 
-.PHONY: run check test bench clean system-packages vendor docker docker-test
+.PHONY: run check test bench clean system-packages vendor docker docker-test screenshots
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,10 @@ check: $(VENV)/.dev
 
 test: $(VENV)/.dev $(MCP2_VENV)/.installed system-packages
 	PYTHONASYNCIODEBUG=1 $(BIN)/python -X dev -W error -m pytest -q tests
+
+# The README's screenshots (screenshots/gallery-*.png), taken by the browser tests.
+screenshots: $(VENV)/.dev system-packages
+	TOTEM_GALLERY=1 $(BIN)/python -m pytest -q tests/ui/test_gallery.py
 
 bench: $(VENV)/.runtime
 	$(BIN)/python bench/run.py

@@ -11,7 +11,7 @@ import { Conversation } from '/conversation.js';
 import { Composer } from '/composer.js';
 import { Questions } from '/questions.js';
 import { renderProjects, renderSessions, FolderBrowser, WorktreeForm, forgetProject } from '/sidebar.js';
-import { renderTodos, GitPanel, FileTree, ChangesPanel, JobsPanel } from '/panels.js';
+import { renderTodos, GitPanel, FileTree, ChangesPanel, JobsPanel, ServersPanel } from '/panels.js';
 import { ProvidersDialog, RulesDialog, SettingsDialog } from '/settings.js';
 import { TerminalPanel } from '/terminal.js';
 import { SchedulesDialog } from '/schedules.js';
@@ -24,6 +24,7 @@ const SESSION_PAGE = 100;
 const GIT_REFRESH_MS = 600;
 const TERMINAL_QUIET_MS = 2000; // the shell's output stopped this long: the files are read again
 const CHANGES_REFRESH_MS = 250;
+const SERVERS_REFRESH_MS = 150; // after the start of an MCP server was decided
 const USAGE_PAGE = 50; // the newest messages read again when a run ends, for their tokens
 const LAST_PROJECT_KEY = 'totem.project';
 
@@ -40,13 +41,15 @@ let connectionLost = false;
 let gitTimer = 0;
 let gitOnlyTimer = 0;
 let changesTimer = 0;
+let serversTimer = 0;
 
 const conversation = new Conversation(byId('conversation'), {
   onLoadEarlier: loadEarlier, onUndo: (messageid) => undo(messageid), onFork: fork, onOpenChange: openChange,
-  onUnqueue: unqueue, jump: byId('jump-latest'),
+  onUnqueue: unqueue, jump: byId('jump-latest'), sessionHref,
 });
 const changes = new ChangesPanel();
 const jobs = new JobsPanel();
+const servers = new ServersPanel();
 const questions = new Questions(byId('questions'), { onChange: () => { paintSessions(); paintTitle(); } });
 const composer = new Composer({ onSend: sendPrompt, onAbort: abort, onNewSession: newSession });
 const tree = new FileTree({
@@ -64,7 +67,8 @@ const schedules = new SchedulesDialog({ catalog: () => state.catalog, onOpenSess
   onChange: (list) => { state.schedules = list; paintSessions(); } });
 const socket = new Socket({ onEvent, onOpen: resync, onState: paintConnection });
 enableCopyButtons(byId('conversation'));
-enableSaveAs(byId('conversation'), { sessionid: () => state.session?.id });
+enableSaveAs(byId('conversation'), { sessionid: () => state.session?.id,
+  validation: (messageid) => conversation.validationOf(messageid) });
 
 // -- rendering -------------------------------------------------------------------------------
 
@@ -111,9 +115,26 @@ function paintSession() {
   conversation.setRunning(running);
   git.setRunning(running);
   if (!session?.worktree) byId('session-branch').hidden = true;
+  paintParent();
   byId('redo-bar').hidden = !session?.redo || running;
   paintUsage();
   paintTitle();
+}
+
+// A sub-agent's session links back to the session that handed it its task.
+function paintParent() {
+  const link = byId('session-parent');
+  const parentid = state.session?.parent;
+  link.hidden = !parentid;
+  if (!parentid) return;
+  const parent = state.sessions.find((s) => s.id === parentid);
+  link.href = sessionHref(parentid);
+  link.textContent = `↳ sub-agent of ${parent ? `“${parent.name}”` : 'another session'}`;
+}
+
+// The address of a session of the open project (the page follows it: see followAddress).
+function sessionHref(sessionid) {
+  return `#/${state.project?.id ?? ''}/${sessionid}`;
 }
 
 // The session's tokens (Sessions|read) and the context its last answer used against the window
@@ -277,6 +298,7 @@ function showEmptySession() {
   conversation.reset();
   changes.reset(null);
   jobs.show(null);
+  servers.show(state.project?.id, null);
   clearNotice();
   questions.show(null);
   renderTodos([]);
@@ -299,6 +321,7 @@ async function selectSession(chosen) {
   state.session = session;
   if (reloadTree && state.project) tree.load(state.project.id);
   jobs.show(session.id);
+  servers.show(state.project?.id, session.id);
   terminal.attach(session.id);
   paintSessions();
   paintSession();
@@ -652,6 +675,7 @@ function onEvent(event) {
       } else {
         if (data.status === 'aborted') conversation.clearQueued(); // not run after an abort
         jobs.load();
+        servers.load();
         refreshFiles();
         if (conversation.stale) loadConversation();
         else refreshUsage();
@@ -702,6 +726,8 @@ function onEvent(event) {
 
 function applyToConversation({ type, data }) {
   if ((type === EVENTS.PART_UPDATED || type === EVENTS.PART_CREATED) && data.part?.data?.background) jobs.load(); // a job started
+  if ((type === EVENTS.PART_UPDATED || type === EVENTS.PART_CREATED) && data.part?.data?.tool === 'mcp-start'
+      && ['done', 'denied', 'error'].includes(data.part.status)) refreshServers(); // a start was decided
   switch (type) {
     case EVENTS.MESSAGE_CREATED: conversation.addMessage(data.message); break;
     case EVENTS.PART_CREATED: conversation.addPart(data.part); break;
@@ -756,6 +782,11 @@ function refreshFiles(quiet = GIT_REFRESH_MS) {
     paintGit();
     tree.load(state.project.id);
   }, quiet);
+}
+
+function refreshServers() {
+  clearTimeout(serversTimer);
+  serversTimer = setTimeout(() => servers.load(), SERVERS_REFRESH_MS);
 }
 
 function refreshChanges() {
@@ -813,7 +844,11 @@ function setDrawer(name, open) {
   byId(`toggle-${name}`).setAttribute('aria-expanded', String(open));
 }
 byId('toggle-side').addEventListener('click', () => setDrawer('side', !document.body.classList.contains('show-side')));
-byId('toggle-panels').addEventListener('click', () => setDrawer('panels', !document.body.classList.contains('show-panels')));
+byId('toggle-panels').addEventListener('click', () => {
+  const open = !document.body.classList.contains('show-panels');
+  setDrawer('panels', open);
+  if (open) servers.load(); // what the servers became meanwhile
+});
 byId('side').addEventListener('click', (event) => {
   if (event.target.closest('#sessions li:not(.more), #projects li') && !event.target.closest('button, input')) setDrawer('side', false);
 }, { capture: true }); // before the row's own handler repaints the list
@@ -855,6 +890,22 @@ byId('sign-out').addEventListener('click', async () => {
   await api('logout', { post: true }).catch(() => {});
   location.href = '/login';
 });
+
+// -- the address -----------------------------------------------------------------------------
+
+// The page's address is #/<projectid>/<sessionid>: a link to another session (a sub-agent's, its
+// parent's) or Back and Forward open what it names. remember() replaces the address without an event.
+async function followAddress() {
+  const [, projectid, sessionid] = location.hash.split('/');
+  if (!projectid) return;
+  if (projectid === state.project?.id) {
+    if (sessionid && sessionid !== state.session?.id) await openSessionById(sessionid);
+    return;
+  }
+  const project = state.projects.find((p) => p.id === projectid);
+  if (project) await selectProject(project, sessionid);
+}
+window.addEventListener('hashchange', () => { followAddress().catch((error) => toast(error.message)); });
 
 // -- start -----------------------------------------------------------------------------------
 

@@ -8,8 +8,14 @@
 // new prompt removes it. An answer shows the tokens it used (usage.js). A prompt sent while a run
 // went on is marked queued, with Remove, until it runs; one sent with Steer is marked so. A tool
 // call that changed files names them, each opening its diff; a code block of a finished answer
-// can be saved as a file (saveas.js handles its button).
-import { h, showValue, formatSize } from '/dom.js';
+// can be saved as a file (saveas.js handles its button, and asks validationOf() first).
+//
+// Parts of their own: the starts of the project's MCP servers (an answer marked `servers`, its
+// `mcp-start` tool parts) read as one line each; a `task` call links to its sub-agent's session;
+// in a Total.js project a prompt may carry the Forge documentation it was given (`knowledge`,
+// collapsed, its page shown as text only) and an answer the problems its code was checked for
+// (`validation`).
+import { h, showValue, formatSize, plural } from '/dom.js';
 import { renderMarkdown } from '/markdown.js';
 import { addSaveButtons } from '/saveas.js';
 import { messageUsage } from '/usage.js';
@@ -25,11 +31,12 @@ const STATUS_WORDS = {
 
 export class Conversation {
   // onUndo(messageid), onFork(messageid), onUnqueue(messageid), onOpenChange(path): the actions
-  // of messages and tools. jump: the "Jump to latest" button, shown while a run goes on and the
-  // view is scrolled up.
-  constructor(root, { onLoadEarlier, onUndo, onFork, onUnqueue, onOpenChange, jump }) {
+  // of messages and tools; sessionHref(sessionid): the address of a session of the project (a
+  // sub-agent's). jump: the "Jump to latest" button, shown while a run goes on and the view is
+  // scrolled up.
+  constructor(root, { onLoadEarlier, onUndo, onFork, onUnqueue, onOpenChange, sessionHref, jump }) {
     this.root = root;
-    this.actions = { onUndo, onFork, onUnqueue, onOpenChange };
+    this.actions = { onUndo, onFork, onUnqueue, onOpenChange, sessionHref };
     this.list = h('div', { className: 'messages' });
     this.earlier = h('button', { type: 'button', className: 'earlier', hidden: true, onclick: onLoadEarlier },
       'Load earlier messages');
@@ -161,6 +168,16 @@ export class Conversation {
     return last ? { tokens: last.data.tokens, model: last.model } : null;
   }
 
+  // The validation part of an answer ({problems, blocking}), or null when its code was not
+  // found to need review (or it was not checked).
+  validationOf(messageid) {
+    const entry = this.messages.get(messageid);
+    if (!entry) return null;
+    const found = [...entry.partsElement.querySelectorAll(':scope > [data-kind=validation]')].pop();
+    const data = found ? this.parts.get(found.dataset.part)?.part.data : null;
+    return data && typeof data === 'object' ? data : null;
+  }
+
   // The text of a message as Markdown: its text parts, in order.
   messageText(messageid) {
     const entry = this.messages.get(messageid);
@@ -280,6 +297,7 @@ export class Conversation {
 
   paint(view) {
     if (view.kind === 'text' && view.role === 'assistant') paintMarkdown(view);
+    else if ((view.kind === 'tool' && !view.output) || view.kind === 'validation') return; // drawn whole from their data
     else if (view.kind === 'tool') {
       view.output.textContent = view.text || view.part.data?.output || '';
       view.outputLabel.hidden = view.output.hidden = !view.output.textContent;
@@ -315,7 +333,8 @@ export class Conversation {
     const data = message.data || {};
     const queued = message.role === 'user' && !!data.queued;
     element.className = `msg ${message.role}${message.reverted ? ' reverted' : ''}${queued ? ' queued' : ''}`
-      + `${data.compaction ? ' compaction' : ''}${element.classList.contains('changed') ? ' changed' : ''}`;
+      + `${data.compaction ? ' compaction' : ''}${data.servers ? ' servers' : ''}`
+      + `${element.classList.contains('changed') ? ' changed' : ''}`;
     const files = data.attachments;
     element.replaceChildren(...[
       message.role === 'user' ? h('div', { className: 'who' }, 'You',
@@ -349,7 +368,10 @@ export class Conversation {
 
   renderPart(part, role) {
     const view = { part, role, kind: part.kind, text: part.text || '', painted: 0 };
-    if (part.kind === 'tool') renderTool(view, this.actions.onOpenChange);
+    if (part.kind === 'tool' && part.data?.tool === 'mcp-start') renderServerStart(view);
+    else if (part.kind === 'tool') renderTool(view, this.actions);
+    else if (part.kind === 'knowledge') renderKnowledge(view);
+    else if (part.kind === 'validation') renderValidation(view);
     else if (part.kind === 'reasoning') {
       view.summary = h('summary', null, part.closed ? 'Reasoning' : 'Thinking…');
       view.body = h('div', { className: 'reasoning-text' }, view.text);
@@ -383,6 +405,9 @@ function toolSubject(data) {
     try { input = JSON.parse(data.arguments); } catch { return ''; }
   }
   if (!input || typeof input !== 'object') return '';
+  if (data.tool === 'task' && typeof input.description === 'string') {
+    return `${typeof input.agent === 'string' && input.agent ? input.agent : 'explore'}: ${input.description}`.slice(0, 120);
+  }
   const value = input.command ?? input.path ?? input.pattern ?? input.question ?? input.name ?? input.url
     ?? (Array.isArray(input.items) ? `${input.items.length} items` : '');
   const text = typeof value === 'string' ? value : '';
@@ -402,7 +427,7 @@ function decisionText(decision) {
   return reason ? `${verb}: ${reason}` : `${verb} by ${decision.by === 'rule' ? 'a rule' : 'Totem'}`;
 }
 
-function renderTool(view, onOpenChange) {
+function renderTool(view, { onOpenChange, sessionHref } = {}) {
   const { part } = view;
   const data = part.data || {};
   const status = part.status;
@@ -422,7 +447,100 @@ function renderTool(view, onOpenChange) {
   const note = (status === 'denied' || status === 'error') && data.error
     ? h('div', { className: 'tool-note' }, data.error) : null;
   view.element = h('div', { className: `part tool status-${status}` }, view.details, note,
-    changedFiles(data.changed, onOpenChange));
+    changedFiles(data.changed, onOpenChange),
+    data.tool === 'task' ? subAgentLink(data.sessionid, sessionHref) : null);
+}
+
+// A task's sub-agent works in a session of its own (known once it starts): a link opens it.
+function subAgentLink(sessionid, sessionHref) {
+  if (typeof sessionid !== 'string' || !sessionid || !sessionHref) return null;
+  return h('div', { className: 'tool-subagent' },
+    h('a', { className: 'open-subagent', href: sessionHref(sessionid), dataset: { session: sessionid },
+      title: 'The session in which the sub-agent works on this task' }, "Open the sub-agent's session"));
+}
+
+// One start of a project MCP server (an `mcp-start` tool part of an answer marked `servers`), or
+// a problem of the servers' files: one line saying what became of it, its definition and what
+// decided it a click away.
+function renderServerStart(view) {
+  const { part } = view;
+  const data = part.data || {};
+  const input = data.input && typeof data.input === 'object' ? data.input : {};
+  const status = part.status;
+  const name = String(input.server ?? '');
+  const tools = /started with (\d+) tools?/.exec(String(data.output ?? ''));
+  const reason = String(data.error ?? '').replace(/^Not started:\s*/i, '');
+  let line;
+  if (typeof input.error === 'string') { // a problem of the servers' files, not a start
+    const problem = name && input.error.startsWith(`${name}: `) ? input.error.slice(name.length + 2) : input.error;
+    line = name ? `MCP server ${name} cannot be used: ${problem} (${input.file})` : `MCP servers of ${input.file}: ${problem}`;
+  } else if (status === 'done') line = `MCP server ${name} started${tools ? ` (${plural(Number(tools[1]), 'tool')})` : ''}`;
+  else if (status === 'denied' || status === 'error') line = `MCP server ${name} not started${reason ? `: ${reason}` : ''}`;
+  else if (status === 'running') line = `MCP server ${name} starting…`;
+  else line = `MCP server ${name}: waiting for your answer`;
+  const target = input.transport && input.transport !== 'stdio'
+    ? [h('div', { className: 'label' }, 'URL'), h('pre', { className: 'tool-input' }, String(input.url ?? '')),
+      h('div', { className: 'muted' }, `host ${input.host ?? '?'}${input.headers?.length ? ` · headers ${input.headers.join(', ')}` : ''}`)]
+    : input.command !== undefined
+      ? [h('div', { className: 'label' }, 'Command line'), h('pre', { className: 'tool-input' }, `$ ${input.command}`),
+        input.env?.length ? h('div', { className: 'muted' }, `variables ${input.env.join(', ')}`) : null]
+      : [h('pre', { className: 'tool-input' }, showValue(input, 4000))];
+  view.details = h('details', null,
+    h('summary', null,
+      h('span', { className: `badge status-${status}` }, status === 'done' ? 'started' : STATUS_WORDS[status] || status),
+      h('span', { className: 'server-line' }, line)),
+    h('div', { className: 'tool-body' },
+      input.file && input.transport ? h('div', { className: 'muted' }, `${input.file} · ${input.transport}`) : null,
+      target,
+      data.output ? [h('div', { className: 'label' }, 'Output'), h('pre', { className: 'tool-output' }, String(data.output))] : null,
+      data.decision ? h('div', { className: 'decision' }, decisionText(data.decision)) : null));
+  view.element = h('div', { className: `part tool server-start status-${status}`, dataset: { server: name } }, view.details);
+}
+
+// The Forge documentation a prompt was given (`knowledge`): its title and source, any note (an
+// old copy, a failure) in sight, the page's text collapsed. The page is untrusted: text only.
+function renderKnowledge(view) {
+  const data = view.part.data || {};
+  const failed = !!data.failed;
+  const source = String(data.source ?? '');
+  const web = /^https?:\/\//i.test(source);
+  view.body = h('div', { className: 'knowledge-text plain' }, view.text);
+  view.details = h('details', null,
+    h('summary', null, h('span', { className: 'knowledge-title' },
+      `Forge documentation: ${data.title || (failed ? 'not read' : 'no matching page')}`),
+    typeof data.chars === 'number' && data.chars ? h('span', { className: 'muted knowledge-size' }, ` · ${data.chars} characters`) : null),
+    h('div', { className: 'knowledge-body' },
+      source ? h('div', { className: 'knowledge-source' }, h('span', { className: 'muted' }, 'source '),
+        web ? h('a', { href: source, target: '_blank', rel: 'noopener noreferrer' }, source) : h('code', null, source),
+        data.indexed ? h('span', { className: 'muted' }, ` · index of ${data.indexed}`) : null) : null,
+      view.body));
+  view.element = h('div', { className: `part knowledge${failed ? ' failed' : ''}` }, view.details,
+    data.note ? h('div', { className: 'knowledge-note', role: failed ? 'alert' : null }, String(data.note)) : null);
+}
+
+// The problems found in an answer's code (`validation`, after its text): each with its severity
+// and where it is; `blocking` (an error) blocks its Save as.
+function renderValidation(view) {
+  const data = view.part.data || {};
+  const problems = Array.isArray(data.problems) ? data.problems : [];
+  const blocking = data.blocking !== false;
+  view.body = h('ul', { className: 'validation-problems' }, problems.map((problem) => h('li', {
+    className: `problem severity-${problem.severity === 'error' ? 'error' : 'warning'}`, dataset: { rule: String(problem.rule ?? '') } },
+  h('span', { className: 'problem-severity' }, String(problem.severity ?? 'warning')),
+  h('span', { className: 'problem-message' }, String(problem.message ?? '')),
+  problemPlace(problem) ? h('span', { className: 'muted problem-place' }, problemPlace(problem)) : null,
+  problem.rule ? h('code', { className: 'muted problem-rule' }, String(problem.rule)) : null)));
+  view.element = h('div', { className: `part validation${blocking ? ' blocking' : ''}`, role: 'note' },
+    h('div', { className: 'validation-head' }, blocking
+      ? "This answer's code needs review: Save as is blocked"
+      : `This answer's code has ${plural(problems.length, 'warning')}: Save as asks first`),
+    view.body);
+}
+
+// "block 2, line 5" (the answer's fenced blocks counted from 1), or "".
+function problemPlace(problem) {
+  if (typeof problem?.block !== 'number') return '';
+  return `block ${problem.block}${typeof problem.line === 'number' ? `, line ${problem.line}` : ''}`;
 }
 
 function changedFiles(paths, onOpenChange) {

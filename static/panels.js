@@ -539,3 +539,118 @@ export class JobsPanel {
     this.load();
   }
 }
+
+// The Servers panel: the MCP servers the project defines (.totem/mcp.json, .mcp.json) and what
+// became of each in the shown session (Projects|mcp): running with its tools, ended or failed
+// with the error, refused, or not started; without a session, whether any session runs it. The
+// definitions that cannot be used are listed with their file and error. Runs start the servers,
+// each asked first; this panel only shows them. Read when a session is shown, when a run ends or
+// a start is decided, when the panels open, and on ↻.
+const SERVER_STATES = {
+  running: 'running', ended: 'ended', failed: 'failed', refused: 'refused', 'not started': 'not started',
+  stopped: 'not running',
+};
+const SERVER_TOOLS_SHOWN = 40;
+
+export class ServersPanel {
+  constructor() {
+    this.list = byId('servers');
+    this.count = byId('servers-count');
+    this.projectid = null;
+    this.sessionid = null;
+    this.answer = null; // Projects|mcp, or null before it is read
+    this.reading = 0;
+    byId('servers-refresh').addEventListener('click', () => this.load());
+    this.paint();
+  }
+
+  // The servers of a project as one of its sessions sees them (sessionid null: the project's).
+  show(projectid, sessionid) {
+    if (projectid !== this.projectid || sessionid !== this.sessionid) {
+      this.answer = null;
+      this.error('');
+    }
+    this.projectid = projectid ?? null;
+    this.sessionid = sessionid ?? null;
+    this.paint();
+    return this.load();
+  }
+
+  async load() {
+    const { projectid, sessionid } = this;
+    const reading = ++this.reading;
+    if (!projectid) {
+      this.answer = null;
+      this.paint();
+      return;
+    }
+    let answer;
+    try {
+      answer = await api('projects_mcp', { id: projectid, query: sessionid ? { sessionid } : {} });
+    } catch (error) {
+      if (reading === this.reading) this.error(error.message);
+      return;
+    }
+    if (reading !== this.reading) return;
+    this.error('');
+    this.answer = answer;
+    this.paint();
+  }
+
+  error(text) {
+    byId('servers-error').textContent = text;
+    byId('servers-error').hidden = !text;
+  }
+
+  paint() {
+    const servers = this.answer?.servers ?? [];
+    const invalid = this.answer?.invalid ?? [];
+    const running = servers.filter((server) => server.state === 'running').length;
+    this.count.textContent = running ? String(running) : '';
+    this.count.title = running ? `${plural(running, 'server')} running` : '';
+    this.list.replaceChildren(...servers.map((server) => this.serverItem(server)),
+      ...invalid.map((problem) => h('li', { className: 'server server-invalid', dataset: { file: problem.file } },
+        h('div', { className: 'server-head' },
+          h('span', { className: 'badge status-error' }, 'invalid'),
+          h('code', { className: 'server-file' }, problem.file),
+          problem.server ? h('strong', { className: 'server-name' }, problem.server) : null),
+        h('p', { className: 'server-error' }, problem.error))));
+    if (!this.answer) {
+      this.list.append(h('li', { className: 'empty' }, this.projectid ? 'Reading…' : 'No project'));
+    } else if (!servers.length && !invalid.length) {
+      this.list.append(h('li', { className: 'empty' }, 'No MCP servers (.totem/mcp.json, .mcp.json)'));
+    }
+  }
+
+  serverItem(server) {
+    const state = server.state || 'not started';
+    const remote = server.transport !== 'stdio';
+    const names = remote ? server.headers : server.env;
+    const tools = Array.isArray(server.tools) ? server.tools : [];
+    const shownTools = tools.slice(0, SERVER_TOOLS_SHOWN);
+    return h('li', { className: `server state-${state.replace(/\s+/g, '-')}`, dataset: { server: server.server, state } },
+      h('div', { className: 'server-head' },
+        h('strong', { className: 'server-name' }, server.server),
+        h('span', { className: `badge server-state state-${state.replace(/\s+/g, '-')}` }, SERVER_STATES[state] ?? state),
+        h('span', { className: 'muted server-transport' }, server.transport)),
+      h('code', { className: 'server-file muted' }, server.file),
+      remote
+        ? h('div', { className: 'server-target' },
+          h('code', { className: 'server-url', title: server.url }, server.url),
+          h('div', { className: 'server-host' }, h('span', { className: 'muted' }, 'host '), h('code', null, server.host || '?')))
+        : h('code', { className: 'server-command', title: server.command }, `$ ${server.command}`),
+      Array.isArray(names) && names.length ? h('div', { className: 'server-names' },
+        h('span', { className: 'muted' }, remote ? 'headers ' : 'variables '), h('code', null, names.join(', '))) : null,
+      state === 'running' ? h('div', { className: 'server-tools' },
+        h('span', { className: 'muted' }, `${plural(tools.length, 'tool')}${tools.length ? ': ' : ''}`),
+        shownTools.map((name, index) => [index ? ', ' : '', h('code', { className: 'server-tool' }, name)]),
+        tools.length > shownTools.length ? h('span', { className: 'muted' }, ` and ${tools.length - shownTools.length} more`) : null)
+        : null,
+      state === 'running' && server.skipped?.length ? h('div', { className: 'muted server-skipped' },
+        `left out: ${server.skipped.join('; ')}`) : null,
+      (state === 'ended' || state === 'failed') && server.error ? h('p', { className: 'server-error' }, server.error) : null,
+      state === 'refused' ? h('p', { className: 'muted server-note' }, 'Refused in this session: it is not asked for again here.') : null,
+      typeof server.sessions === 'number' && server.sessions ? h('p', { className: 'muted server-note' },
+        `running in ${plural(server.sessions, 'session')}`) : null);
+  }
+}

@@ -99,15 +99,19 @@ export class Questions {
       : [{ command: '', patterns: data.patterns || [] }];
     const groups = commands.map((item, group) => this.patternChoices(data.id, group, item, commands.length > 1));
     const bash = data.tool === 'bash';
+    const start = data.tool === 'mcp-start';
     const description = bash && typeof data.input?.description === 'string' ? data.input.description : '';
-    const card = h('section', { className: 'ask permission', tabIndex: -1, dataset: { session: data.sessionid ?? '', id: data.id },
-      'aria-label': `Permission question: allow ${data.tool}?`, 'aria-keyshortcuts': 'Enter Y A N Escape' },
-      h('header', null, 'Allow ', h('strong', { className: 'ask-tool' }, data.tool), '?'),
+    const [title, header] = askTitle(data);
+    const card = h('section', { className: `ask permission${start ? ' mcp-start' : ''}`, tabIndex: -1,
+      dataset: { session: data.sessionid ?? '', id: data.id, tool: data.tool },
+      'aria-label': `Permission question: ${title}?`, 'aria-keyshortcuts': 'Enter Y A N Escape' },
+      h('header', null, header, '?'),
       description ? h('p', { className: 'ask-description' }, reveal(description)) : null,
       data.reason ? h('p', { className: 'ask-reason' }, reveal(data.reason)) : null,
       bash && data.folder ? h('div', { className: 'ask-folder' }, 'in ', h('code', null, data.folder)) : null,
       inputView(data),
-      h('div', { className: 'label' }, commands.length > 1 ? 'Always allow, for each command:' : 'Always allow this pattern:'),
+      h('div', { className: 'label' }, start ? 'Always allow this exact definition (any change to it asks again):'
+        : commands.length > 1 ? 'Always allow, for each command:' : 'Always allow this pattern:'),
       groups.map((choices) => choices.element),
       h('div', { className: 'actions' },
         h('button', { type: 'button', className: 'primary', dataset: { reply: 'once' }, 'aria-keyshortcuts': 'Enter Y',
@@ -196,9 +200,54 @@ function onKeys(card, action) {
   });
 }
 
+// What the question asks, in words: [for the card's name, its header's content].
+function askTitle(data) {
+  const input = data.input && typeof data.input === 'object' ? data.input : {};
+  if (data.tool === 'mcp-start' && typeof input.server === 'string') {
+    return [`start the MCP server ${input.server}`,
+      ['Start the MCP server ', h('strong', { className: 'ask-tool' }, reveal(input.server))]];
+  }
+  if (data.tool === 'mcp' && typeof input.server === 'string') {
+    const subject = `${input.server}/${input.tool ?? ''}`;
+    return [`allow the MCP tool ${subject}`, ['Allow the MCP tool ', h('strong', { className: 'ask-tool' }, reveal(subject))]];
+  }
+  return [`allow ${data.tool}`, ['Allow ', h('strong', { className: 'ask-tool' }, data.tool)]];
+}
+
+// The start of a project MCP server: its file, then the exact command line and the names of
+// the variables it gets, or the URL, the host it goes to and the names of its headers (the
+// values are never sent to the page: they may be keys).
+function serverStartView(input) {
+  const remote = input.transport && input.transport !== 'stdio';
+  const names = (remote ? input.headers : input.env) ?? [];
+  const nameList = Array.isArray(names) && names.length
+    ? h('ul', { className: 'ask-names' }, names.map((name) => h('li', null, h('code', null, reveal(name)))))
+    : h('span', { className: 'muted' }, ' none');
+  return h('div', { className: 'ask-server' },
+    h('div', { className: 'ask-folder' }, 'from ', h('code', null, reveal(input.file ?? '?')),
+      h('span', { className: 'muted' }, ` · ${input.transport ?? 'stdio'}`)),
+    remote ? [
+      h('div', { className: 'label' }, 'URL'),
+      h('pre', { className: 'ask-input ask-url' }, reveal(input.url ?? '')),
+      h('div', { className: 'ask-host' }, 'It connects to the host ', h('code', null, reveal(input.host || '?'))),
+      h('div', { className: 'label' }, 'Headers it sends (names only)'), nameList,
+    ] : [
+      h('div', { className: 'label' }, 'Command line'),
+      h('pre', { className: 'ask-input ask-command' }, `$ ${reveal(input.command ?? '')}`),
+      h('div', { className: 'label' }, 'Variables it gets (names only)'), nameList,
+    ]);
+}
+
 // A file tool's call shows what it would change (write, edit, patch: the preview), its raw
-// input a click away; any other call shows its input.
+// input a click away; a server's start its definition; an MCP tool's call its arguments; any
+// other call shows its input.
 function inputView(data) {
+  const given = data.input && typeof data.input === 'object' ? data.input : null;
+  if (data.tool === 'mcp-start' && given) return serverStartView(given);
+  if (data.tool === 'mcp' && given && 'arguments' in given) {
+    return [h('div', { className: 'label' }, 'Arguments'),
+      h('pre', { className: 'ask-input ask-arguments' }, reveal(showValue(given.arguments ?? {}, 6000)))];
+  }
   const input = h('pre', { className: 'ask-input' }, reveal(inputText(data.tool, data.input)));
   if (!Array.isArray(data.preview) || !data.preview.length) return input;
   return [

@@ -17,17 +17,26 @@ export function renderProjects(projects, current, { onSelect, onForget }) {
 
 // `more`: Sessions|list has older sessions; the last row reads them with onMore. A session run
 // by a schedule has a clock mark (`schedules`: the project's, for the schedule's name); one that
-// works in a git worktree has a branch mark.
+// works in a git worktree has a branch mark. A sub-agent's session (`parent`: the session that
+// handed it a task) is shown under its parent, indented and marked; one whose parent is not in
+// the list keeps its place, still marked. The list itself (its order, its pages) is unchanged.
 export function renderSessions(sessions, current, questions, { onSelect, onRename, onRemove, more, onMore, schedules = [] }) {
-  byId('sessions').replaceChildren(...sessions.map((session) => {
+  const byIdMap = new Map(sessions.map((session) => [session.id, session]));
+  byId('sessions').replaceChildren(...nested(sessions, byIdMap).map(({ session, depth }) => {
     const waiting = questions.count(session.id);
     const name = h('span', { className: 'name' }, session.name);
+    const parent = session.parent ? byIdMap.get(session.parent) : null;
     const item = h('li', {
-      className: session.id === current?.id ? 'active' : '', dataset: { id: session.id, status: session.status },
+      className: `${session.id === current?.id ? 'active' : ''}${depth ? ` child depth-${Math.min(depth, 3)}` : ''}`.trim(),
+      dataset: { id: session.id, status: session.status, ...(session.parent ? { parent: session.parent } : {}) },
       ...pressable(() => onSelect(session)),
     },
+    depth ? h('span', { className: 'child-mark', 'aria-hidden': 'true' }, '↳') : null,
     h('span', { className: `dot ${session.status}`, title: session.status }),
     name,
+    session.parent ? h('span', { className: 'subagent-label',
+      title: parent ? `A sub-agent: it works on a task that “${parent.name}” handed it` : 'A sub-agent: it works on a task that another session handed it' },
+    'sub-agent') : null,
     session.schedule ? scheduledMark(schedules.find((s) => s.id === session.schedule)) : null,
     session.worktree ? h('span', { className: 'worktree-mark', role: 'img', title: 'Works in a git worktree of its own',
       'aria-label': 'in a worktree' }, '⎇') : null,
@@ -45,6 +54,29 @@ export function renderSessions(sessions, current, questions, { onSelect, onRenam
     byId('sessions').append(h('li', { className: 'more', dataset: { more: 'true' }, ...pressable(onMore) },
       h('span', { className: 'name' }, 'Older sessions…')));
   }
+}
+
+// The sessions in the list's order, each sub-agent's session right under its parent (when the
+// parent is listed), with its depth.
+function nested(sessions, byIdMap) {
+  const children = new Map();
+  const placed = (session) => session.parent && session.parent !== session.id && byIdMap.has(session.parent);
+  for (const session of sessions) {
+    if (!placed(session)) continue;
+    if (!children.has(session.parent)) children.set(session.parent, []);
+    children.get(session.parent).push(session);
+  }
+  const rows = [];
+  const seen = new Set();
+  const visit = (session, depth) => {
+    if (seen.has(session.id)) return;
+    seen.add(session.id);
+    rows.push({ session, depth });
+    for (const child of children.get(session.id) ?? []) visit(child, depth + 1);
+  };
+  for (const session of sessions) if (!placed(session)) visit(session, 0);
+  for (const session of sessions) visit(session, 0); // a loop of parents, which the server never makes
+  return rows;
 }
 
 function scheduledMark(schedule) {

@@ -1,0 +1,152 @@
+"""Project MCP servers in the browser: the Servers panel (each server's definition and state, the
+files that cannot be used), the question before a server starts (its command line and the names
+of its variables, never their values), the start's line in the conversation, and the question of
+an MCP tool's call; against the real server, the scripted model and a stdio MCP server of the
+standard library (tests/mcp_servers/scripted_server.py, tools `first` and `second.page`)."""
+
+import json
+import os
+import sys
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.model_server import reply
+from tests.ui.harness import CHROMIUM, open_session, send, shot
+
+pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),
+                                reason=f"the browser tests need Debian's Chromium at {CHROMIUM}")
+
+SERVER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "mcp_servers",
+                      "scripted_server.py")
+SECRET = "value-never-shown-4242"  # a variable's value: the page never gets it
+HEADER_SECRET = "Bearer header-value-never-shown"
+
+
+def mcp_json(**servers) -> str:
+    return json.dumps({"mcpServers": servers})
+
+
+def stdio_server() -> dict:
+    return {"command": sys.executable, "args": [SERVER], "env": {"VERSION": "2025-06-18", "API_TOKEN": SECRET}}
+
+
+def test_servers_panel_lists_definitions_states_and_invalid_files(live, page):
+    """Before any run: each server with its file, transport, command line (or URL and host), the
+    names of its variables or headers and "not started"; a file that is not JSON and a bad
+    definition are listed with their errors. No value of a variable or header reaches the page."""
+    project = live.project("servers-listed", {
+        ".mcp.json": mcp_json(
+            quirky=stdio_server(),
+            tracker={"type": "http", "url": "https://mcp.example.com/mcp", "headers": {"Authorization": HEADER_SECRET}},
+            broken={"command": 42}),
+        ".totem/mcp.json": "{not json",
+    })
+    session = live.session(project, "Listed")
+    open_session(page, project, session)
+    panel = page.locator("#servers")
+    quirky = panel.locator("li.server[data-server=quirky]")
+    expect(quirky.locator(".server-state")).to_have_text("not started")
+    expect(quirky.locator(".server-file")).to_have_text(".mcp.json")
+    expect(quirky.locator(".server-transport")).to_have_text("stdio")
+    expect(quirky.locator(".server-command")).to_have_text(f"$ {sys.executable} {SERVER}")
+    expect(quirky.locator(".server-names")).to_have_text("variables API_TOKEN, VERSION")
+    tracker = panel.locator("li.server[data-server=tracker]")
+    expect(tracker.locator(".server-state")).to_have_text("not started")
+    expect(tracker.locator(".server-url")).to_have_text("https://mcp.example.com/mcp")
+    expect(tracker.locator(".server-host")).to_have_text("host mcp.example.com")
+    expect(tracker.locator(".server-names")).to_have_text("headers Authorization")
+    invalid = panel.locator("li.server-invalid")
+    expect(invalid).to_have_count(2)
+    expect(invalid.filter(has_text="broken")).to_contain_text(".mcp.json")
+    expect(invalid.filter(has=page.locator("code", has_text=".totem/mcp.json")).locator(".server-error")).not_to_be_empty()
+    expect(page.locator("#servers-count")).to_have_text("")
+    text = page.locator("#panels").inner_text()
+    assert SECRET not in text and "header-value" not in text
+    shot(page, "servers-panel.png")
+
+
+def test_start_asked_with_the_command_line_then_running_with_its_tools(live, page):
+    """The start is asked with the exact command line and the variables' names (not their
+    values); once allowed the conversation says "started (2 tools)", an MCP tool's call asks
+    with server/tool and its arguments, and the Servers panel shows it running with its tools."""
+    project = live.project("servers-started", {".mcp.json": mcp_json(quirky=stdio_server())})
+    session = live.session(project, "Started")
+    open_session(page, project, session)
+    live.model.script(reply(tool_calls=[("mcp__quirky__first", {"query": "<b>x</b>", "limit": 3})]), reply("Called it."))
+    send(page, "Use the quirky server")
+
+    card = page.locator(".ask.permission.mcp-start")
+    expect(card.locator("header")).to_have_text("Start the MCP server quirky?")
+    expect(card.locator(".ask-command")).to_have_text(f"$ {sys.executable} {SERVER}")
+    expect(card.locator(".ask-names li")).to_have_text(["API_TOKEN", "VERSION"])
+    expect(card).to_contain_text(".mcp.json")
+    assert SECRET not in card.inner_text() and "2025-06-18" not in card.inner_text()
+    shot(page, "servers-question.png")
+    card.get_by_role("button", name="Allow once").click()
+
+    start = page.locator(".msg.servers .part.server-start[data-server=quirky]")
+    expect(start.locator(".server-line")).to_have_text("MCP server quirky started (2 tools)")
+    call = page.locator(".ask.permission[data-tool=mcp]")
+    expect(call.locator("header")).to_have_text("Allow the MCP tool quirky/first?")
+    expect(call.locator(".ask-arguments")).to_contain_text('"query": "<b>x</b>"')
+    expect(call.locator(".ask-arguments")).to_contain_text('"limit": 3')
+    assert call.locator("b").count() == 0
+    call.get_by_role("button", name="Allow once").click()
+    expect(page.locator(".msg.assistant .md").last).to_have_text("Called it.")
+
+    quirky = page.locator("#servers li.server[data-server=quirky]")
+    expect(quirky.locator(".server-state")).to_have_text("running")
+    expect(quirky.locator(".server-tool")).to_have_text(["first", "second.page"])
+    expect(page.locator("#servers-count")).to_have_text("1")
+    start.locator("summary").click()
+    expect(start.locator(".tool-output")).to_contain_text("quirky started with 2 tools: first, second.page")
+    expect(start.locator(".decision")).to_contain_text("Allowed by you (once)")
+
+
+def test_refused_start_says_not_started_and_the_panel_says_refused(live, page):
+    """A start the person rejects reads "not started: the person refused it" in the
+    conversation, as the problems of the files read one line each; the Servers panel shows the
+    server refused in this session."""
+    project = live.project("servers-refused", {".mcp.json": mcp_json(quirky=stdio_server(), broken={"command": 42}),
+                                               ".totem/mcp.json": "[]"})
+    session = live.session(project, "Refused")
+    open_session(page, project, session)
+    live.model.script(reply("Without it, then."))
+    send(page, "Go on")
+    card = page.locator(".ask.permission.mcp-start")
+    expect(card).to_be_visible()
+    card.get_by_role("button", name="Reject").click()
+    start = page.locator(".msg.servers .part.server-start[data-server=quirky]")
+    expect(start.locator(".server-line")).to_have_text("MCP server quirky not started: the person refused it")
+    expect(start).to_have_class("part tool server-start status-denied")
+    lines = page.locator(".msg.servers .server-line")
+    expect(lines).to_have_text([
+        "MCP servers of .totem/mcp.json: the file must hold a JSON object with mcpServers",
+        "MCP server broken cannot be used: command must be a non-empty string (.mcp.json)",
+        "MCP server quirky not started: the person refused it"])
+    expect(page.locator(".msg.assistant .md").last).to_have_text("Without it, then.")
+    quirky = page.locator("#servers li.server[data-server=quirky]")
+    expect(quirky.locator(".server-state")).to_have_text("refused")
+
+
+def test_question_of_a_remote_server_shows_url_host_and_header_names(live, page):
+    """The question before a remote server starts names its URL, the host it connects to and
+    its headers' names; its text stays text."""
+    page.goto("/login")  # any page of the origin: the module is imported on its own
+    shown = page.evaluate("""async () => {
+        const { Questions } = await import('/questions.js');
+        const questions = new Questions(document.createElement('div'), { onChange() {} });
+        const card = questions.permissionCard({ id: 'q1', tool: 'mcp-start', patterns: ['tracker@abc'], input: {
+            server: 'tracker', file: '.mcp.json', transport: 'http', url: 'https://mcp.example.com/mcp?<b>x</b>',
+            host: 'mcp.example.com', headers: ['Authorization', 'X-Team'] } });
+        const text = (selector) => [...card.querySelectorAll(selector)].map((e) => e.textContent);
+        return { header: text('header'), url: text('.ask-url'), host: text('.ask-host'), names: text('.ask-names li'),
+                 bold: card.querySelectorAll('b').length, label: card.getAttribute('aria-label') };
+    }""")
+    assert shown["header"] == ["Start the MCP server tracker?"]
+    assert shown["url"] == ["https://mcp.example.com/mcp?<b>x</b>"]
+    assert shown["host"] == ["It connects to the host mcp.example.com"]
+    assert shown["names"] == ["Authorization", "X-Team"]
+    assert shown["bold"] == 0
+    assert shown["label"] == "Permission question: start the MCP server tracker?"
