@@ -359,7 +359,7 @@ async function loadConversation() {
     Object.assign(session, loaded.fresh);
     conversation.load(loaded.page.messages, loaded.page.more);
     paintUsage();
-    if (session.status === 'error' && session.error) conversation.showError(session.error, false);
+    if (session.status === 'error' && session.error && !conversation.hasEndMark()) conversation.showError(session.error, false);
     renderTodos(loaded.todos.items);
   }
   for (const event of held.events) applyToConversation(event);
@@ -674,6 +674,7 @@ function onEvent(event) {
         if (conversation.hasQueued()) loadConversation(); // a queued prompt is the one that runs now
       } else {
         if (data.status === 'aborted') conversation.clearQueued(); // not run after an abort
+        if (data.status === 'aborted' || data.status === 'error') conversation.markEnded(data.status);
         jobs.load();
         servers.load();
         refreshFiles();

@@ -197,6 +197,7 @@ export class Conversation {
   }
 
   showError(message, retry) {
+    if (!retry) this.lastError = message;
     this.errors.append(h('div', { className: `run-error${retry ? ' retry' : ''}`, role: 'alert' },
       retry ? `${message}` : `Error: ${message}`));
     this.keepBottom();
@@ -345,9 +346,27 @@ export class Conversation {
         'Summary of the conversation so far') : null,
       message.reverted ? h('div', { className: 'undone-note', title: 'Taken back by an undo: Redo puts it back, a new prompt removes it' }, 'undone') : null,
       partsElement,
+      endedNote(data),
       files?.length ? renderAttachments(files) : null,
       h('div', { className: 'msg-foot' }, message.role === 'assistant' ? messageUsage(message) : null, this.messageActions(message)),
     ].filter(Boolean));
+  }
+
+  // The run stopped (aborted or failed): the mark goes on its last message, as the server
+  // stores it there (data.ended, data.error), and the error leaves the notices below.
+  markEnded(status) {
+    const last = [...this.messages.values()].filter(({ message }) => !(message.role === 'user' && message.data?.queued)).at(-1);
+    if (!last) return;
+    const error = status === 'error' ? this.lastError : null;
+    last.message.data = { ...last.message.data, ended: status, ...(error ? { error } : {}) };
+    this.repaintMessage(last);
+    if (error) for (const notice of this.errors.querySelectorAll('.run-error:not(.retry)')) notice.remove();
+    this.lastError = null;
+  }
+
+  // Whether a message carries the mark of where its run stopped.
+  hasEndMark() {
+    return [...this.messages.values()].some(({ message }) => message.data?.ended);
   }
 
   messageActions(message) {
@@ -558,4 +577,17 @@ function renderAttachments(files) {
       image ? h('img', { src: url, alt: file.name, loading: 'lazy' }) : null,
       h('span', null, file.name));
   }));
+}
+
+// Where a run stopped, on its last message: aborted, or the error that ended it.
+function endedNote(data) {
+  if (data.ended === 'aborted') {
+    return h('div', { className: 'ended-note aborted', title: 'The run was stopped here; what came before is kept' },
+      'Stopped here: the run was aborted');
+  }
+  if (data.ended === 'error') {
+    return h('div', { className: 'ended-note error', role: 'note' },
+      `The run stopped here with an error${data.error ? `: ${data.error}` : ''}`);
+  }
+  return null;
 }

@@ -665,6 +665,24 @@ class Store:
             "UPDATE messages SET usage = ?, data = ?, finished = ? WHERE id = ?",
             (json.dumps(usage) if usage is not None else None, json.dumps(data), now_ms(), messageid)))
 
+    async def mark_run_end(self, sessionid: str, promptid: str, mark: dict) -> MessageRow | None:
+        """Add `mark` to the data of the last message of the run of the prompt `promptid` (its
+        newest answer, else the prompt itself): where an aborted or failed run stopped, kept with
+        the conversation. Returns that message (without its parts), or None."""
+        def run(c):
+            row = c.execute("SELECT id FROM messages WHERE sessionid = ? AND role = 'assistant' AND "
+                            "json_extract(data, '$.prompt') = ? ORDER BY id DESC LIMIT 1",
+                            (sessionid, promptid)).fetchone()
+            target = row[0] if row else promptid
+            found = _row(c.execute("SELECT * FROM messages WHERE id = ? AND sessionid = ?", (target, sessionid)))
+            if found is None:
+                return None
+            message = _decode_message(found)
+            message["data"] = message["data"] | mark
+            c.execute("UPDATE messages SET data = ? WHERE id = ?", (json.dumps(message["data"]), target))
+            return message
+        return await self.write(run)
+
     async def set_message_queued(self, messageid: str, queued: bool) -> None:
         """Mark a user message as waiting for the current run to end, or not any more."""
         def run(c):

@@ -294,6 +294,13 @@ class Runs:
         closing = "aborted" if status == "aborted" else "error"
         for open_part in self.recorder.open_parts(sessionid):
             await self.recorder.close(open_part, closing)
+        if status in ("aborted", "error") and run.messageid:
+            # Where it stopped, and why, stay with the conversation (not only until the next run).
+            mark = {"ended": status} | ({"error": run.error} if status == "error" and run.error else {})
+            try:
+                await self.store.mark_run_end(sessionid, run.messageid, mark)
+            except Exception:  # the mark must not keep the run from ending
+                log.exception("the end of the run of session %s was not marked", sessionid)
         try:
             await self._set_status(sessionid, status, run.error if status == "error" else None)
         finally:
