@@ -436,3 +436,27 @@ class ClientQuirksTest(unittest.IsolatedAsyncioTestCase):
         missing = McpClient(ServerDefinition("gone", ".mcp.json", "stdio", command="no-such-program-here"))
         with self.assertRaisesRegex(McpError, "no-such-program-here was not found"):
             await missing.start(tempfile.gettempdir())
+
+
+class ForgeServerTest(McpClientCase):
+    """With forgemcp, a Total.js project is offered the MCP server of Forge, asked like any."""
+
+    settings = {"forgemcp": "true", "forgeurl": "http://127.0.0.1:9/docs"}
+
+    async def test_forge_is_asked_before_it_starts_in_total_js_projects_only(self):
+        self.model.script(reply("plain project"))
+        await self.prompt("hello")
+        events = await self.idle()
+        self.assertNotIn("permission.ask", [e["type"] for e in events])  # not a Total.js project
+        with open(os.path.join(self.root, "package.json"), "w") as handle:
+            json.dump({"dependencies": {"total4": "0.0.90"}}, handle)
+        self.model.script(reply("total.js project"))
+        await self.prompt("hello again")
+        start = await self.answer("mcp-start", "reject")
+        self.assertEqual((start["input"]["server"], start["input"]["file"]), ("forge", "config.ini"))
+        self.assertEqual((start["input"]["url"], start["input"]["host"]), ("http://127.0.0.1:9/docs/$mcp/", "127.0.0.1"))
+        await self.idle()
+        listed = (await self.servers(self.session["id"]))["servers"]
+        self.assertEqual([(s["server"], s["file"], s["state"]) for s in listed], [("forge", "config.ini", "refused")])
+        parts = await self.server_parts()
+        self.assertEqual(parts[-1]["status"], "denied")

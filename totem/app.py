@@ -74,10 +74,10 @@ class App:
         self.jobs = Jobs(self.store.ids.new, provider_service.scrubber)
         self.snapshots = Snapshots(self.store, self.hub, config.data, config.snapshotmb * 1024 * 1024)
         self.mcp_clients = McpServers()  # the project MCP servers that runs start
+        forge_mcp = forge_definition(config.forgeurl) if config.forgemcp and config.forge else None
         self.runs = Runs(self.store, self.hub, self.providers, default_registry(), config.steps, config.rules,
                          self.jobs, provider_service.scrubber, snapshots=self.snapshots, mcp=self.mcp_clients,
-                         forge=ForgeDocs(config.data, config.forgeurl),
-                         forge_mcp=forge_definition(config.forgeurl) if config.forgemcp and config.forge else None)
+                         forge=ForgeDocs(config.data, config.forgeurl), forge_mcp=forge_mcp)
         self.terminals = Terminals(self.hub, provider_service.scrubber, config.terminalshell)
         settings = Settings(self.store, config)
         sessions = Sessions(self.store, self.hub, self.runs, self.jobs, self.providers, self.terminals, config.data,
@@ -88,7 +88,7 @@ class App:
                                  changes=Changes(self.store, self.hub, self.snapshots, self.runs, self.jobs),
                                  schedules=Schedules(self.store, self.hub, sessions, self.providers),
                                  settings=settings,
-                                 servers=ProjectServersService(self.store, self.mcp_clients))
+                                 servers=ProjectServersService(self.store, self.mcp_clients, forge_mcp))
         # POST /$mcp/, only when config.ini says mcp = true.
         self.mcp = None
         if config.mcp:

@@ -13,15 +13,16 @@ import asyncio
 
 from .boundary import real_root, session_root
 from .errors import NotFound
-from .mcp.definitions import read_definitions
+from .mcp.definitions import ServerDefinition, read_definitions
 from .mcp.servers import McpServers
 from .store import Store
 
 
 class ProjectServersService:
-    def __init__(self, store: Store, servers: McpServers):
+    def __init__(self, store: Store, servers: McpServers, forge: ServerDefinition | None = None):
         self.store = store
         self.servers = servers
+        self.forge = forge  # Forge's MCP server (forgemcp), offered to Total.js projects
 
     async def list(self, projectid: str, sessionid: str | None = None) -> dict:
         """`{servers: [...], invalid: [{file, error, server?}]}`. Raises NotFound for an unknown
@@ -36,5 +37,9 @@ class ProjectServersService:
                 raise NotFound(("sessionid", f"no session {sessionid} in this project"))
             root = session_root(session, project)
         definitions, problems = await asyncio.to_thread(read_definitions, root)
+        if self.forge is not None and all(definition.name != self.forge.name for definition in definitions):
+            from . import totaljs  # its patterns take a while to compile: not at start-up
+            if (await asyncio.to_thread(totaljs.detect, root)).totaljs:
+                definitions.append(self.forge)
         return {"servers": self.servers.states(sessionid, definitions),
                 "invalid": [problem.view() for problem in problems]}
