@@ -16,7 +16,7 @@ import pytest
 from tests.tools.trees import PLAIN_FILES, SECRET_FILES, project, write
 from totem import boundary
 from totem.tools import ToolContext, ToolError, grep as grep_module
-from totem.tools.grep import GrepTool, Query, env_ignore_rules, rg_arguments
+from totem.tools.grep import GrepTool, Query, Required, env_ignore_rules, rg_arguments
 
 RG = shutil.which("rg")
 ENGINES = [
@@ -81,6 +81,20 @@ def test_grep_include_and_ignore_case(engine, tmp_path):
     assert body(engine, root, pattern="needle", include="*.{ts,tsx}", ignore_case=True) == \
         ["a.ts:1: Needle", "b.tsx:1: Needle"]
     assert body(engine, root, pattern="Needle", include="*.[tT][sS]") == ["a.ts:1: Needle", "deep/d.TS:1: Needle"]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_grep_ignore_case_beyond_ascii(engine, tmp_path):
+    """ignore_case folds Unicode case: `k` finds the Kelvin sign and `s` the long s, also in a file
+    that holds the ASCII spelling nowhere."""
+    root = project(tmp_path)
+    write(root, "units.txt", "5 \u212a\n")
+    write(root, "old.txt", "\u017ftop\n")
+    write(root, "plain.txt", "nothing here\n")
+    assert body(engine, root, pattern="5 k", ignore_case=True) == ["units.txt:1: 5 \u212a"]
+    assert body(engine, root, pattern="STOP", ignore_case=True) == ["old.txt:1: \u017ftop"]
+    assert body(engine, root, pattern="(?i)stop") == ["old.txt:1: \u017ftop"]
+    assert body(engine, root, pattern="stop") == []
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -453,6 +467,53 @@ def test_grep_rg_environment_has_no_config(tmp_path, monkeypatch):
     assert body("rg", root, pattern="needle") == ["a.txt:1: needle"]
 
 
+REQUIRED_TEXTS = [
+    (r"kref_put\(&\w+->refcount", False, Required((b"kref_put(&",))),
+    (r"\bpci_fixup\b", False, Required((b"pci_fixup",))),
+    ("TODO|FIXME", False, Required((b"FIXME", b"TODO"))),
+    ("(foo|bar)+x", False, Required((b"bar", b"foo"))),
+    ("ab(cdef)?gh", False, Required((b"ab",))),  # an optional group requires nothing
+    ("a[bc]de.fgh", False, Required((b"fgh",))),
+    ("x*", False, None),
+    ("ab|c*", False, None),  # a branch that requires nothing
+    ("(?=abc)", False, None),
+    (r"(\w+)\1", False, None),
+    ("Hello", True, Required((b"hello",), folded=True)),
+    ("(?i)Hello", False, Required((b"hello",), folded=True)),
+    ("a(?i:bcd)e", False, Required((b"a",))),
+    ("café", False, Required(("café".encode(),))),
+    ("café", True, Required((b"caf",), folded=True)),  # Unicode case folding: a non-ASCII letter ends the run
+    ("\u017ftop", True, Required((b"top",), folded=True)),
+    ("ab\ufffdcd", False, Required((b"ab",))),  # U+FFFD stands for bytes that were not UTF-8
+    ("(?x) a b c", False, Required((b"abc",))),
+]
+
+
+@pytest.mark.parametrize("pattern, ignore_case, required", REQUIRED_TEXTS)
+def test_grep_required_texts(pattern, ignore_case, required):
+    """The texts that a line must hold for the Python engine's pattern to match it: the longest
+    literal run of the parse tree, alternatives of a branch, nothing for optional parts; lower
+    case when the pattern ignores case."""
+    assert grep_module.required_texts(pattern, ignore_case) == required
+
+
+def test_grep_required_folded_only_for_ascii():
+    """Texts of a pattern that ignores case rule out a file of ASCII bytes only."""
+    required = Required((b"stop",), folded=True)
+    assert required.held_by(b"x = 1\nSTOP\n") and not required.held_by(b"x = 1\ngo\n")
+    assert required.held_by("\u017ftop\n".encode())
+    assert not Required((b"stop",)).held_by(b"STOP\n")
+
+
+def test_grep_env_mark_in_every_protected_name():
+    """Every name and folder that boundary protects holds ENV_MARK, which lets the Python walk
+    check the other paths at a glance."""
+    tables = (*boundary.ENV_NAMES, boundary.ENV_PREFIX, boundary.ENV_SUFFIX, *boundary.ENV_FOLDERS)
+    assert all(grep_module.ENV_MARK in name for name in tables)
+    for path in SECRET_FILES:
+        assert boundary.is_protected_env(path) and grep_module.ENV_MARK in path.lower(), path
+
+
 # rg and Python give the same answer
 
 def parity_tree(root: str) -> None:
@@ -509,6 +570,12 @@ PARITY_QUERIES = [
     {"pattern": "secret", "ignore_case": True},
     {"pattern": "^$", "path": "blank_lines.txt"},
     {"pattern": "no such text anywhere"},
+    {"pattern": r"(?i)ALPHA\b"},
+    {"pattern": "alpha|zeta", "path": "src"},
+    {"pattern": r"al(p|q)ha+ [a-z]+"},
+    {"pattern": "in a latin-1 name"},  # a file whose name is not UTF-8
+    {"pattern": "ünï"},
+    {"pattern": "ÜNÏCODE", "ignore_case": True},
 ]
 
 

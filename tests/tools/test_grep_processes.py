@@ -45,10 +45,13 @@ def assert_gone(pid: int) -> None:
 
 
 def fake_rg(tmp_path, body: str) -> tuple[str, str]:
-    """A stand-in rg that appends its pid (and what `body` adds) to a file; returns both paths."""
+    """A stand-in rg that appends its pid (and what `body` adds to "$pids") to a file; returns
+    the program's path and the search's file of pids. The listing (`rg --files`, which runs
+    beside the search) writes to that file's name + ".files" instead."""
     pids = str(tmp_path / "pids")
     path = tmp_path / "fake-rg"
-    path.write_text(f"#!/bin/sh\necho $$ >> {pids}\n{body}\n")
+    path.write_text(f'#!/bin/sh\npids={pids}\n[ "$1" = --files ] && pids={pids}.files\n'
+                    f'echo $$ >> $pids\n{body}\n')
     path.chmod(0o755)
     return str(path), pids
 
@@ -97,28 +100,30 @@ def test_grep_python_child_killed_with_group_on_cancel(tmp_path):
 
 
 def test_grep_rg_group_killed_on_cancel(tmp_path):
-    """Cancelling an rg search kills rg's whole group, a grandchild it left in it too."""
+    """Cancelling an rg search kills rg's whole group, a grandchild it left in it too, and the
+    group of the listing that runs beside it."""
     root = project(tmp_path)
-    rg, pids = fake_rg(tmp_path, f"sleep 100 &\necho $! >> {tmp_path / 'pids'}\nwait")
+    rg, pids = fake_rg(tmp_path, "sleep 100 &\necho $! >> $pids\nwait")
 
     async def scenario():
         task = asyncio.create_task(search_with_rg(Query(root, root, "x"), rg))
-        leader, grandchild = await read_pids(pids, 2)
+        started = await read_pids(pids, 2) + await read_pids(pids + ".files", 2)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        return leader, grandchild
+        return started
 
-    leader, grandchild = asyncio.run(scenario())
-    assert not runner.group_running(leader)
-    assert_gone(grandchild)
-    assert_gone(leader)
+    search, search_grandchild, listing, listing_grandchild = asyncio.run(scenario())
+    for leader, grandchild in ((search, search_grandchild), (listing, listing_grandchild)):
+        assert not runner.group_running(leader)
+        assert_gone(grandchild)
+        assert_gone(leader)
 
 
 def test_grep_rg_group_killed_on_timeout(tmp_path, monkeypatch):
     """At the deadline rg's whole group is stopped and the answer says the search took too long."""
     root = project(tmp_path)
-    rg, pids = fake_rg(tmp_path, f"sleep 100 &\necho $! >> {tmp_path / 'pids'}\nwait")
+    rg, pids = fake_rg(tmp_path, "sleep 100 &\necho $! >> $pids\nwait")
     monkeypatch.setattr(grep_module, "TIMEOUT_SECONDS", 0.5)
 
     async def scenario():
@@ -127,23 +132,23 @@ def test_grep_rg_group_killed_on_timeout(tmp_path, monkeypatch):
 
     with pytest.raises(ToolError, match="the search took longer than 0.5 s and was stopped"):
         asyncio.run(scenario())
-    leader, grandchild = asyncio.run(read_pids(pids, 2))
-    assert_gone(grandchild)
-    assert_gone(leader)
+    for path in (pids, pids + ".files"):  # the search's group and the listing's
+        for pid in asyncio.run(read_pids(path, 2)):
+            assert_gone(pid)
 
 
 def test_grep_rg_leftovers_stopped_after_exit(tmp_path):
     """What rg leaves running in its group when it exits is stopped, for the search and for
     the listing of linked files alike."""
     root = project(tmp_path)
-    rg, pids = fake_rg(tmp_path, f"sleep 100 >/dev/null 2>&1 &\necho $! >> {tmp_path / 'pids'}")
+    rg, pids = fake_rg(tmp_path, "sleep 100 >/dev/null 2>&1 &\necho $! >> $pids")
     began = time.monotonic()
     found = asyncio.run(search_with_rg(Query(root, root, "x"), rg))
     assert (found.matches, found.more, found.linked) == ([], False, [])
     assert time.monotonic() - began < 5000 * MS
-    started = asyncio.run(read_pids(pids, 4))  # search and listing: a leader and a sleeper each
-    for pid in started:
-        assert_gone(pid)
+    for path in (pids, pids + ".files"):  # search and listing: a leader and a sleeper each
+        for pid in asyncio.run(read_pids(path, 2)):
+            assert_gone(pid)
 
 
 def test_grep_rg_stopped_at_count_limit(tmp_path, monkeypatch):

@@ -16,7 +16,7 @@ skipped ones so that the model can read one (the read tool asks the person). Whi
 skipped never depends on their contents: a count of only the linked files that matched would
 tell the model, pattern by pattern, what a secret says. So both engines list every linked file
 of the walk: the Python walk from its own stat, the rg engine from `rg --files` with the same
-filters, run after the search; the rg engine also stats each file that matched and drops it when
+filters, run beside the search; the rg engine also stats each file that matched and drops it when
 it has more than one link.
 
 ripgrep is run without a shell, without reading any configuration (`--no-config`, and no
@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
+import importlib
 import json
 import os
 import re
@@ -45,6 +47,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from .. import boundary, runner
 from ..permissions import PATH, ToolKind
@@ -75,6 +78,10 @@ MAX_ERROR_CHARS = 600
 MAX_ERROR_BYTES = 64 * 1024
 # The JSON answer of the Python child: MAX_MATCHES_COUNTED cut lines and the linked files' names.
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
+# Past the size that fstat gave, a file that grew is read on in pieces of this many bytes.
+READ_CHUNK_BYTES = 64 * 1024
+# Every name and folder that boundary.is_protected_env protects holds this, in lower case.
+ENV_MARK = ".env"
 # The NUL-separated paths of `rg --files` (about 600,000 files at 100 bytes a path).
 MAX_LISTING_BYTES = 64 * 1024 * 1024
 # Between SIGTERM and SIGKILL of a search's group: rg and the Python child have nothing to clean
@@ -299,10 +306,23 @@ async def search_with_rg(query: Query, rg: str = "rg") -> Found:
         with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
             handle.write(env_ignore_rules())
         deadline = time.monotonic() + TIMEOUT_SECONDS  # for the search and the listing together
-        found = await _run_rg(query, rg_arguments(query, rg, ignore_file))
-        if os.path.isdir(query.start):  # a file start was checked by _check_start
-            found.linked += await _list_linked_with_rg(
-                query, rg_arguments(query, rg, ignore_file, listing=True), deadline)
+        search = rg_arguments(query, rg, ignore_file)
+        if not os.path.isdir(query.start):  # a file start was checked by _check_start
+            return await _run_rg(query, search)
+        # The listing runs beside the search, not after it: rg searches on one thread (--sort
+        # path), so the listing and its stats take another core, and the answer waits for the
+        # longer of the two instead of their sum.
+        listing = asyncio.ensure_future(_list_linked_with_rg(
+            query, rg_arguments(query, rg, ignore_file, listing=True), deadline))
+        try:
+            found = await _run_rg(query, search)
+            found.linked += await listing
+        finally:
+            # When the search failed or was cancelled: stop the listing's group and wait for it,
+            # its own error aside (the search's is the answer). A no-op once it is done.
+            listing.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await listing
         return found
     finally:
         os.unlink(ignore_file)
@@ -392,7 +412,7 @@ class _RgReader:
         elif kind == "end":
             if pending and data.get("binary_offset") is None:
                 relative = pending[0][0]
-                links = _link_count(_rg_text(data["path"]))
+                links = _link_count(_rg_bytes(data["path"]))
                 if links > 1:
                     found.linked.append(relative)
                 elif links == 1 and not boundary.is_protected_env(relative):
@@ -407,7 +427,7 @@ class _RgReader:
 
 async def _list_linked_with_rg(query: Query, args: list[str], deadline: float) -> list[str]:
     """The project-relative paths of the files with more than one hard link among those that
-    `rg --files` lists (after the search: one child process at a time, stopped like the search).
+    `rg --files` lists (beside the search, in a group of its own, stopped like the search).
     Raises ToolError when `deadline` (time.monotonic()) passes or the listing passes
     MAX_LISTING_BYTES."""
     try:
@@ -449,6 +469,14 @@ def _rg_text(value: dict) -> str:
     if "text" in value:
         return value["text"]
     return base64.b64decode(value["bytes"]).decode("utf-8", "replace")
+
+
+def _rg_bytes(value: dict) -> bytes:
+    """A path as rg --json gives it (see _rg_text), in its own bytes: a name that is not UTF-8
+    must be opened as it is, not as its printable form."""
+    if "text" in value:
+        return os.fsencode(value["text"])
+    return base64.b64decode(value["bytes"])
 
 
 # Python
@@ -522,6 +550,7 @@ def _compile_pattern(pattern: str, ignore_case: bool) -> tuple[re.Pattern, re.Pa
 
 def _search_files(query: Query, deadline: float) -> Found:
     line_regex, file_regex = _compile_pattern(query.pattern, query.ignore_case)
+    required = required_texts(query.pattern, query.ignore_case)
     include = compile_glob(query.include, name_only=True) if query.include else None
     found = Found([])
     linked: list[str] = []  # project-relative, as the walk met them
@@ -533,14 +562,15 @@ def _search_files(query: Query, deadline: float) -> Found:
         if time.monotonic() > deadline:
             raise ToolError(_timeout_message())
         try:
-            with open(path, "rb") as handle:
-                if os.fstat(handle.fileno()).st_nlink > 1:  # a link made since the walk's stat
-                    linked.append(relative)
-                    continue
-                data = handle.read(MAX_FILE_BYTES + 1)
+            links, data = _read_file(path)
         except OSError:
             continue
+        if links > 1:  # a link made since the walk's stat
+            linked.append(relative)
+            continue
         if len(data) > MAX_FILE_BYTES or b"\x00" in data:
+            continue
+        if required is not None and not required.held_by(data):
             continue
         text = data.decode("utf-8", "replace")
         if file_regex is not None and not file_regex.search(text):
@@ -564,6 +594,110 @@ def _search_files(query: Query, deadline: float) -> Found:
                 break
     found.linked = [_printable(path) for path in linked]
     return found
+
+
+def _read_file(path: str) -> tuple[int, bytes]:
+    """(hard links, the first MAX_FILE_BYTES + 1 bytes) of a file; no bytes when it has more
+    than one link. Raises OSError.
+
+    The first read asks for the size that fstat gives, not for the cap: a buffer of the cap for
+    each file (2 MB, allocated and given back) cost more than the reading itself. Then it reads
+    on to the end, in case the file grew, never past the cap.
+    """
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        info = os.fstat(descriptor)
+        if info.st_nlink > 1:
+            return info.st_nlink, b""
+        data = os.read(descriptor, min(info.st_size, MAX_FILE_BYTES) + 1)
+        while len(data) <= MAX_FILE_BYTES:
+            more = os.read(descriptor, min(READ_CHUNK_BYTES, MAX_FILE_BYTES + 1 - len(data)))
+            if not more:
+                break
+            data += more
+        return info.st_nlink, data
+    finally:
+        os.close(descriptor)
+
+
+@dataclass(frozen=True)
+class Required:
+    """UTF-8 texts of which every line that a pattern matches holds one at least."""
+
+    texts: tuple[bytes, ...]
+    folded: bool = False  # lower-case ASCII texts, of a pattern that ignores case
+
+    def held_by(self, data: bytes) -> bool:
+        """Whether the raw bytes of a file may hold a match: False when they hold no text."""
+        if self.folded:
+            if not data.isascii():  # Unicode case folding goes beyond ASCII: no shortcut
+                return True
+            data = data.lower()
+        return any(text in data for text in self.texts)
+
+
+def required_texts(pattern: str, ignore_case: bool) -> Required | None:
+    """The texts of which every line that `pattern` matches holds one at least, or None when
+    the pattern gives none. A file that holds none of them is neither decoded nor matched:
+    `in` on bytes runs at memory speed, while Python's re tries each position of a text (about
+    50 MB/s for a pattern that starts with \\b); ripgrep likewise looks for its literals first.
+
+    Read from the re module's own parse tree, so that it agrees with the compiled pattern: the
+    longest run of literal characters of the top-level sequence, or of a group, a repeat of at
+    least once or each branch of an alternation inside it. Classes, lookarounds and
+    backreferences end a run. With `ignore_case` (or `(?i)`) the texts are lower-case ASCII
+    and hold only for a file of ASCII bytes (see Required.held_by): a non-ASCII letter ends a
+    run, since Unicode case folding matches `s` with `ſ` and `k` with the Kelvin sign. U+FFFD
+    ends a run too: the decoding puts it where the bytes were not UTF-8.
+    """
+    try:  # a private module: where another Python release changes it, no shortcut, same answers
+        parser: Any = importlib.import_module("re._parser")
+        parsed = parser.parse(pattern, re.IGNORECASE if ignore_case else 0)
+        fold = bool(parsed.state.flags & re.IGNORECASE)
+        texts = _required_in(parser, list(parsed), fold)
+    except Exception:
+        return None
+    return None if texts is None else Required(tuple(sorted(text.encode() for text in texts)), fold)
+
+
+def _required_in(parser: Any, items: list, fold: bool) -> frozenset[str] | None:
+    """The best set of alternative texts that a sequence of the parse tree requires (see
+    required_texts): the one whose shortest text is the longest; None when there is none."""
+    best: frozenset[str] | None = None
+    run: list[str] = []
+
+    def consider(texts: frozenset[str] | None) -> None:
+        nonlocal best
+        if texts and all(texts) and (best is None or min(map(len, texts)) > min(map(len, best))):
+            best = texts
+
+    repeats = (parser.MAX_REPEAT, parser.MIN_REPEAT, parser.POSSESSIVE_REPEAT)
+    for op, value in [*items, (None, None)]:  # a last item to end the last run
+        if op is parser.LITERAL and _usable_literal(value, fold):
+            run.append(chr(value).lower() if fold else chr(value))
+            continue
+        if run:
+            consider(frozenset(["".join(run)]))
+            run = []
+        if op is parser.SUBPATTERN:
+            _group, added, _removed, inner = value
+            if fold or not added & re.IGNORECASE:
+                consider(_required_in(parser, list(inner), fold))
+        elif op is parser.BRANCH:
+            branches = [_required_in(parser, list(branch), fold) for branch in value[1]]
+            if all(branches):
+                consider(frozenset(text for texts in branches if texts for text in texts))
+        elif op in repeats and value[0] >= 1:
+            consider(_required_in(parser, list(value[2]), fold))
+        elif op is parser.ATOMIC_GROUP:
+            consider(_required_in(parser, list(value), fold))
+    return best
+
+
+def _usable_literal(code: int, fold: bool) -> bool:
+    if fold:
+        return code < 128
+    return code != 0xFFFD and not 0xD800 <= code <= 0xDFFF  # a lone surrogate has no UTF-8
 
 
 def _walk_sorted(root: str, top: str, include: re.Pattern | None,
@@ -592,7 +726,7 @@ def _walk_sorted(root: str, top: str, include: re.Pattern | None,
                 continue
             if not entry.is_file(follow_symlinks=False):
                 continue
-            if boundary.is_protected_env(relative):
+            if _is_protected(relative):
                 continue
             if include is not None and not include.fullmatch(entry.name):
                 continue
@@ -605,6 +739,12 @@ def _walk_sorted(root: str, top: str, include: re.Pattern | None,
         except OSError:
             continue
         yield entry.path, relative
+
+
+def _is_protected(relative: str) -> bool:
+    """boundary.is_protected_env, checked in full only for the paths that can be protected:
+    every protected name and folder of boundary's tables holds ".env" (a test checks it)."""
+    return ENV_MARK in relative.lower() and boundary.is_protected_env(relative)
 
 
 def _sorted_entries(folder: str) -> list[os.DirEntry]:
