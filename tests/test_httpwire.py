@@ -139,3 +139,39 @@ def test_read_response_read_timeout():
 def test_socket_reason(exc, reason):
     """A socket failure becomes a short phrase."""
     assert socket_reason(exc) == reason
+
+
+async def _fed_in_pieces(raw: bytes, cuts: list[int]) -> bytes:
+    """The body of `raw` read while its bytes arrive in pieces cut at `cuts`."""
+    reader = asyncio.StreamReader(limit=httpwire.MAX_LINE_BYTES)
+
+    async def feed():
+        last = 0
+        for cut in sorted(set(cuts)) + [len(raw)]:
+            reader.feed_data(raw[last:cut])
+            last = cut
+            await asyncio.sleep(0)
+        reader.feed_eof()
+    feeding = asyncio.ensure_future(feed())
+    response = await read_response(reader, "GET")
+    body = b""
+    while piece := await response.next_piece():
+        body += piece
+    await feeding
+    return body
+
+
+def test_chunked_bodies_read_whole_however_they_arrive():
+    """A chunked body of generated chunks (sizes in hex of either case, extensions, trailers)
+    comes out byte for byte whatever pieces the socket hands over."""
+    from hypothesis import given, settings, strategies as st
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.lists(st.binary(min_size=1, max_size=300), max_size=12), st.lists(st.integers(0, 4000), max_size=20),
+           st.booleans(), st.booleans())
+    def check(chunks, cuts, upper, extension):
+        framed = b"".join((f"{len(c):X}" if upper else f"{len(c):x}").encode()
+                          + (b";name=value" if extension else b"") + b"\r\n" + c + b"\r\n" for c in chunks)
+        raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + framed + b"0\r\nX-Trailer: 1\r\n\r\n"
+        assert asyncio.run(_fed_in_pieces(raw, [cut for cut in cuts if cut < len(raw)])) == b"".join(chunks)
+    check()

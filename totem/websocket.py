@@ -64,10 +64,15 @@ class Connection:
         self.reader = reader
         self.writer = writer
         self.protocol = ServerProtocol(max_size=MAX_CLIENT_MESSAGE_BYTES)
+        self._loop = asyncio.get_running_loop()
+        # The transport pauses writing exactly when a write leaves more than this in its buffer.
+        self._high_water = writer.transport.get_write_buffer_limits()[1]
         self.finished = asyncio.Event()
         self._queue: deque[bytes] = deque()
         self._queued_bytes = 0
-        self._ready = asyncio.Event()  # set when the queue has frames, or the connection closes
+        self._write_soon = False  # a write of the queue is scheduled for the next loop turn
+        self._draining = False  # the client is behind: the sender waits for it, frames stay queued
+        self._ready = asyncio.Event()  # set when the sender must wait for the client, or stop
         self._pong = asyncio.Event()
         self._fragments: list[BytesLike] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -90,7 +95,11 @@ class Connection:
             return
         self._queue.append(frame)
         self._queued_bytes += len(frame)
-        self._ready.set()
+        if not self._write_soon:
+            # One write per loop turn for all the frames queued in it, from a callback: waking
+            # a sender task for every frame cost more than framing and writing it.
+            self._write_soon = True
+            self._loop.call_soon(self._write_queued)
 
     def close(self, code: int, reason: str) -> None:
         if self.protocol.state is State.OPEN:
@@ -206,22 +215,37 @@ class Connection:
             log.exception("WebSocket message failed")
             self.close(CloseCode.INTERNAL_ERROR, "internal error")
 
+    def _write_queued(self) -> None:
+        self._write_soon = False
+        if not self._draining:
+            self._write_out()
+
+    def _write_out(self) -> None:
+        """Frame everything that waits and write it at once. Past the transport's high-water
+        mark (the client is not reading) the sender takes over: it waits until the client has
+        read enough, and frames stay in the bounded queue meanwhile."""
+        while self._queue and self.protocol.state is State.OPEN:
+            frame = self._queue.popleft()
+            self._queued_bytes -= len(frame)
+            self.protocol.send_text(frame)
+        self._flush()
+        if self.writer.transport.get_write_buffer_size() > self._high_water:
+            self._draining = True
+            self._ready.set()
+
     async def _send_loop(self) -> None:
         while True:
             await self._ready.wait()
             self._ready.clear()
             if self.protocol.state is not State.OPEN:
                 return
-            # Take everything that waits, so a burst of deltas costs one write and one drain.
-            while self._queue and self.protocol.state is State.OPEN:
-                frame = self._queue.popleft()
-                self._queued_bytes -= len(frame)
-                self.protocol.send_text(frame)
-            self._flush()
             try:
                 await self.writer.drain()
             except ConnectionError:
                 return
+            self._draining = False
+            if self._queue:
+                self._write_out()
 
     async def _ping_loop(self) -> None:
         while self.protocol.state is State.OPEN:

@@ -33,7 +33,7 @@ from totem.agent.provider_errors import (
     ProviderError,
     classify_http_error,
 )
-from totem.agent.stream import ChatAccumulator, StreamEnd, StreamEvent
+from totem.agent.stream import ChatAccumulator, StreamEnd, StreamEvent, join_deltas
 
 if TYPE_CHECKING:
     from totem.agent.kinds import ProviderKind
@@ -83,7 +83,8 @@ class _Target:
 
 class StreamResponse:
     """A response whose body is still on the socket: `status`, `reason`, `headers` (lower-case
-    names, repeated fields joined with ", "), and the body through `iter_bytes()` or `read()`."""
+    names, repeated fields joined with ", "), and the body through `next_piece()`, `iter_bytes()`
+    or `read()`."""
 
     def __init__(self, wire: httpwire.WireResponse, target: _Target, read_timeout: float) -> None:
         self.status = wire.status
@@ -99,9 +100,8 @@ class StreamResponse:
         return self._wire.complete
 
     async def iter_bytes(self) -> AsyncGenerator[bytes, None]:
-        """Yield the body as it arrives. Raises ProviderConnectionError on a read timeout, a reset
-        or a body that ends before its framing says, ProviderError on broken chunked framing."""
-        while piece := await self._next_piece():
+        """Yield the body as it arrives; raises what next_piece raises."""
+        while piece := await self.next_piece():
             yield piece
 
     async def read(self, max_bytes: int) -> bytes:
@@ -110,7 +110,7 @@ class StreamResponse:
         if self._wire.length is not None and self._wire.length > max_bytes:
             raise self._too_large(max_bytes)
         body = bytearray()
-        while piece := await self._next_piece():
+        while piece := await self.next_piece():
             body += piece
             if len(body) > max_bytes:
                 raise self._too_large(max_bytes)
@@ -121,14 +121,18 @@ class StreamResponse:
         """Up to `max_bytes` of the body, for error messages: never raises on a broken body."""
         body = bytearray()
         with contextlib.suppress(ProviderError):
-            while len(body) < max_bytes and (piece := await self._next_piece()):
+            while len(body) < max_bytes and (piece := await self.next_piece()):
                 body += piece
         return bytes(body[:max_bytes])
 
-    async def _next_piece(self) -> bytes:
-        """The next piece of the body, b"" once it is complete."""
-        with _network_errors(self._target, self._read_timeout, in_body=True):
+    async def next_piece(self) -> bytes:
+        """The next piece of the body as it arrives (what one read brought), b"" once it is
+        complete. Raises ProviderConnectionError on a read timeout, a reset or a body that ends
+        before its framing says, ProviderError on broken chunked framing."""
+        try:  # not _network_errors, a generator made for every piece
             return await self._wire.next_piece()
+        except (httpwire.WireError, TimeoutError, OSError, ssl.SSLError) as exc:
+            raise _network_error(exc, self._target, self._read_timeout, in_body=True) from None
 
     def _too_large(self, max_bytes: int) -> ProviderError:
         return ProviderError(f"The response from {self._target.label} is larger than {max_bytes} bytes",
@@ -230,15 +234,15 @@ async def stream_chat(kind: ProviderKind, url: str, key: str | None, body: Mappi
                 # The server ignored `stream: true` and sent one whole answer.
                 events = decoder.whole(json.loads(await response.read(MAX_JSON_BYTES)))
             else:
-                async with contextlib.aclosing(response.iter_bytes()) as pieces:
-                    async for piece in pieces:
-                        for event in decoder.feed(piece) + keepalive.check():
-                            yield event
-                        if accumulator.failed or accumulator.saw_done:
-                            break  # an error is terminal and nothing after [DONE] matters
-                        # A read returns at once while bytes are buffered: without this a fast
-                        # provider would hold the loop for the whole burst.
-                        await asyncio.sleep(0)
+                while piece := await response.next_piece():
+                    # The deltas of one read leave as one: a part.delta each, not one per chunk.
+                    for event in join_deltas(decoder.feed(piece)) + keepalive.check():
+                        yield event
+                    if accumulator.failed or accumulator.saw_done:
+                        break  # an error is terminal and nothing after [DONE] matters
+                    # A read returns at once while bytes are buffered: without this a fast
+                    # provider would hold the loop for the whole burst.
+                    await asyncio.sleep(0)
                 events = decoder.close()
         except ProviderError as exc:
             events = accumulator.fail(exc.message, retry=exc.retry, kind=exc.kind)
@@ -332,22 +336,28 @@ async def _connect(target: _Target, timeout: float) -> tuple[asyncio.StreamReade
 
 @contextlib.contextmanager
 def _network_errors(target: _Target, read_timeout: float, *, in_body: bool = False) -> Iterator[None]:
-    """Turn network failures into ProviderConnectionError (retryable) and a response that breaks
-    HTTP into ProviderError; a broken body after a good head may be a proxy's hiccup, so only
-    that one is worth another try."""
+    """Turn network failures into ProviderConnectionError and a response that breaks HTTP into
+    ProviderError (see _network_error)."""
     try:
         yield
-    except httpwire.WireError as exc:
+    except (httpwire.WireError, TimeoutError, OSError, ssl.SSLError) as exc:
+        raise _network_error(exc, target, read_timeout, in_body=in_body) from None
+
+
+def _network_error(exc: httpwire.WireError | OSError, target: _Target, read_timeout: float, *,
+                   in_body: bool = False) -> ProviderError:
+    """The ProviderError of a network failure (retryable) or of a response that breaks HTTP; a
+    broken body after a good head may be a proxy's hiccup, so only that one is worth another
+    try."""
+    if isinstance(exc, httpwire.WireError):
         if exc.closed:
-            raise ProviderConnectionError(target.label, exc.reason, connected=True) from None
-        raise ProviderError(f"The response from {target.label} is malformed: {exc.reason}",
-                            kind=KIND_INVALID_RESPONSE, retry=in_body) from None
-    except TimeoutError:
-        raise ProviderConnectionError(target.label, f"no data for {read_timeout:g} s (read timed out)",
-                                      connected=True) from None
-    except (OSError, ssl.SSLError) as exc:
-        raise ProviderConnectionError(target.label, httpwire.socket_reason(exc),
-                                      connected=True) from None
+            return ProviderConnectionError(target.label, exc.reason, connected=True)
+        return ProviderError(f"The response from {target.label} is malformed: {exc.reason}",
+                             kind=KIND_INVALID_RESPONSE, retry=in_body)
+    if isinstance(exc, TimeoutError):
+        return ProviderConnectionError(target.label, f"no data for {read_timeout:g} s (read timed out)",
+                                       connected=True)
+    return ProviderConnectionError(target.label, httpwire.socket_reason(exc), connected=True)
 
 
 def _is_json(content_type: str) -> bool:
