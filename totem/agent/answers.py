@@ -49,14 +49,15 @@ class Answers:
         self.registry = registry  # () -> the tools, whose names a text tool call may use
 
     async def stream(self, sessionid: str, model: str, target, body: dict, marks: dict | None = None,
-                     prompt: str | None = None, review: Review | None = None,
+                     prompt: str | None = None, review: Review | None = None, encoder=None,
                      ) -> tuple[list[ToolCall], dict[str, OpenPart]]:
         """Stream one answer into parts; returns its tool calls and the part of each. `marks`
         go into the data of the finished message (`compaction`); `prompt`, the id of the user
         message the run answers, into its data as `prompt`, failed or not. With `review` (a
         self-checked answer), the text is held until the answer ends, then stored and published
         whole, followed by a `validation` part when the review found problems; reasoning and
-        tool calls stream as ever.
+        tool calls stream as ever. `encoder` (bodies.BodyEncoder) is the run's, which keeps the
+        JSON of the messages of its last request.
 
         Raises ProviderError (a failed or refused answer: its parts are closed as error), and
         CancelledError on abort (closed as aborted).
@@ -73,7 +74,7 @@ class Answers:
         opened, messageid = self.recorder.open, message["id"]
         try:
             from . import client  # the HTTP client (and ssl) load with the first answer, not at start-up
-            stream = client.stream_chat(target.kind, target.url, target.key, body)
+            stream = client.stream_chat(target.kind, target.url, target.key, body, encoder=encoder)
             async with contextlib.aclosing(stream) as events:
                 async for event in events:
                     if isinstance(event, TextDelta):

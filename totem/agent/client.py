@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from totem import httpwire
+from totem.agent.bodies import BodyEncoder
 from totem.agent.provider_errors import (
     KIND_CONNECTION,
     KIND_INVALID_RESPONSE,
@@ -142,7 +143,8 @@ class StreamResponse:
 @contextlib.asynccontextmanager
 async def open_stream(method: str, url: str, headers: Mapping[str, str] | None = None,
                       json_body: Any = None, connect_timeout: float = CONNECT_TIMEOUT_SECONDS,
-                      read_timeout: float = READ_TIMEOUT_SECONDS) -> AsyncIterator[StreamResponse]:
+                      read_timeout: float = READ_TIMEOUT_SECONDS,
+                      encoder: BodyEncoder | None = None) -> AsyncIterator[StreamResponse]:
     """Send one request and give its response with the body unread:
     `async with open_stream("POST", url, headers, body) as response:`.
 
@@ -151,7 +153,7 @@ async def open_stream(method: str, url: str, headers: Mapping[str, str] | None =
     ProviderConnectionError for network failures (retry=True for refused, reset, timeouts) and
     ProviderError for a malformed response head."""
     target = _parse_url(url)
-    request = _build_request(method, target, headers or {}, json_body)
+    request = _build_request(method, target, headers or {}, json_body, encoder)
     reader, writer = await _connect(target, connect_timeout)
     try:
         with _network_errors(target, read_timeout):
@@ -206,6 +208,7 @@ async def stream_chat(kind: ProviderKind, url: str, key: str | None, body: Mappi
                       connect_timeout: float = CONNECT_TIMEOUT_SECONDS,
                       read_timeout: float = READ_TIMEOUT_SECONDS,
                       keepalive_timeout: float = KEEPALIVE_TIMEOUT_SECONDS,
+                      encoder: BodyEncoder | None = None,
                       ) -> AsyncGenerator[StreamEvent, None]:
     """Stream one chat answer as normalized events, ending with `StreamEnd(result)`.
 
@@ -222,7 +225,7 @@ async def stream_chat(kind: ProviderKind, url: str, key: str | None, body: Mappi
         request_headers["Authorization"] = f"Bearer {key}"
     accumulator = ChatAccumulator()
     async with open_stream("POST", url, request_headers, request_body,
-                           connect_timeout, read_timeout) as response:
+                           connect_timeout, read_timeout, encoder) as response:
         if not 200 <= response.status < 300:
             error_body = await response.read_prefix(MAX_ERROR_BODY_BYTES)
             raise classify_http_error(response.status, response.headers, error_body)
@@ -287,9 +290,9 @@ def _parse_url(url: str) -> _Target:
     return _Target(https, parts.hostname, port, path)
 
 
-def _build_request(method: str, target: _Target, headers: Mapping[str, str], json_body: Any) -> bytes:
-    body = b"" if json_body is None else json.dumps(
-        json_body, ensure_ascii=False, separators=(",", ":")).encode()
+def _build_request(method: str, target: _Target, headers: Mapping[str, str], json_body: Any,
+                   encoder: BodyEncoder | None = None) -> bytes:
+    body = b"" if json_body is None else (encoder or BodyEncoder()).encode(json_body)
     fields = {"host": ("Host", target.host_header), "user-agent": ("User-Agent", USER_AGENT),
               "accept": ("Accept", "*/*"), "accept-encoding": ("Accept-Encoding", "identity")}
     if json_body is not None:

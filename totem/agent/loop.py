@@ -26,6 +26,7 @@ from ..tools import Registry
 from ..vault import Scrubber
 from . import turns
 from .answers import Answers, Review
+from .bodies import BodyEncoder
 from .calls import ToolCalls
 from .context import (
     ContextFull,
@@ -88,6 +89,7 @@ class _Run:
     system: dict | None = None  # the system message, made at the first step
     converted: dict = field(default_factory=dict)  # the chat messages of each stored message read
     sizes: Sizes = field(default_factory=Sizes)  # the JSON size of each chat message counted
+    encoder: BodyEncoder = field(default_factory=BodyEncoder)  # the JSON of the last request's messages
     review: Review | None = None  # a Total.js project's self-check of each answer (knowledge.py)
     tools: Registry | None = None  # the run's tools: the built-in tools and its MCP servers' (None: built-in)
 
@@ -347,7 +349,7 @@ class Runs:
             try:
                 body = await self._request_body(run, target)
                 return await self.answers.stream(run.session["id"], run.prompt.model, target, body,
-                                                 prompt=run.messageid, review=run.review)
+                                                 prompt=run.messageid, review=run.review, encoder=run.encoder)
             except ProviderError as exc:
                 attempt += 1
                 if not exc.retry or attempt > MAX_RETRIES:
