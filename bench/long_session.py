@@ -84,14 +84,20 @@ def steps_script() -> list:
     return answers + [reply("done walking", max_piece=WHOLE)]
 
 
+async def provider_and_project(port: int, model: LongModel, window: int, name: str,
+                               project_dir: str) -> tuple[dict, dict]:
+    """A provider whose one model has a `window`-token context and a price, and the project."""
+    model.serve_json("GET", "/v1/models", {"data": [
+        {"id": MODEL_ID, "name": "Scripted", "context_length": window, "pricing": PRICE,
+         "supported_parameters": ["tools"], "architecture": {"output_modalities": ["text"]}}]})
+    provider = await api(port, "providers_save", {"name": name, "kind": "openrouter", "url": model.url,
+                                                  "key": "sk-or-bench-0123456789"})
+    return provider, await api(port, "projects_open", {"path": project_dir})
+
+
 async def measure(port: int, project_dir: str) -> list[tuple]:
     async with LongModel() as model:
-        model.serve_json("GET", "/v1/models", {"data": [
-            {"id": MODEL_ID, "name": "Scripted", "context_length": WINDOW, "pricing": PRICE,
-             "supported_parameters": ["tools"], "architecture": {"output_modalities": ["text"]}}]})
-        provider = await api(port, "providers_save", {"name": "Bench", "kind": "openrouter", "url": model.url,
-                                                      "key": "sk-or-bench-0123456789"})
-        project = await api(port, "projects_open", {"path": project_dir})
+        provider, project = await provider_and_project(port, model, WINDOW, "Bench", project_dir)
         await api(port, "permissions_save", {"projectid": project["id"], "tool": "bash", "pattern": "seq *",
                                              "action": "allow"})
         catalog = await api(port, "providers_catalog")
@@ -138,12 +144,7 @@ async def measure_wide(port: int, project_dir: str) -> list[tuple]:
     so every step's history is longer than the last; the server time at the last step against
     the second says whether a step's cost grows with the session."""
     async with LongModel() as model:
-        model.serve_json("GET", "/v1/models", {"data": [
-            {"id": MODEL_ID, "name": "Scripted", "context_length": WIDE_WINDOW, "pricing": PRICE,
-             "supported_parameters": ["tools"], "architecture": {"output_modalities": ["text"]}}]})
-        provider = await api(port, "providers_save", {"name": "Wide", "kind": "openrouter", "url": model.url,
-                                                      "key": "sk-or-bench-0123456789"})
-        project = await api(port, "projects_open", {"path": project_dir})
+        provider, project = await provider_and_project(port, model, WIDE_WINDOW, "Wide", project_dir)
         catalog = await api(port, "providers_catalog")
         if WIDE_WINDOW not in [m["context"] for m in catalog["models"]]:
             raise BenchError(f"the catalog does not give the {WIDE_WINDOW}-token window: {catalog}")

@@ -13,7 +13,7 @@ import asyncio
 
 from .boundary import real_root, session_root
 from .errors import NotFound
-from .mcp.definitions import ServerDefinition, read_definitions
+from .mcp.definitions import ServerDefinition, offered_servers
 from .mcp.servers import McpServers
 from .store import Store
 
@@ -36,10 +36,6 @@ class ProjectServersService:
             if session is None or session["projectid"] != projectid:
                 raise NotFound(("sessionid", f"no session {sessionid} in this project"))
             root = session_root(session, project)
-        definitions, problems = await asyncio.to_thread(read_definitions, root)
-        if self.forge is not None and all(definition.name != self.forge.name for definition in definitions):
-            from . import totaljs  # its patterns take a while to compile: not at start-up
-            if (await asyncio.to_thread(totaljs.detect, root)).totaljs:
-                definitions.append(self.forge)
+        definitions, problems = await asyncio.to_thread(offered_servers, root, self.forge)
         return {"servers": self.servers.states(sessionid, definitions),
                 "invalid": [problem.view() for problem in problems]}

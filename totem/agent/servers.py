@@ -20,7 +20,7 @@ import asyncio
 
 from ..events import MessageCreated
 from ..mcp.client import McpError
-from ..mcp.definitions import ServerDefinition, read_definitions
+from ..mcp.definitions import ServerDefinition, offered_servers
 from ..mcp.servers import McpServers
 from ..mcp.tools import declared_tools
 from ..store import Store, now_ms
@@ -48,11 +48,8 @@ class ProjectServers:
     async def registry_for(self, asker: Asker, registry: Registry, limits: dict | None = None) -> Registry:
         """The tools of a run: the built-in ones and those of the project's servers that run (or
         are started now, once approved); in a Total.js project with `forgemcp`, Forge's too."""
-        definitions, problems = await asyncio.to_thread(read_definitions, asker.root)
-        wanted = self.forge is not None and (limits or {}).get("forge", True) and all(
-            definition.name != "forge" for definition in definitions)
-        if wanted and self.forge is not None and await _is_totaljs(asker.root):
-            definitions.append(self.forge)
+        forge = self.forge if (limits or {}).get("forge", True) else None
+        definitions, problems = await asyncio.to_thread(offered_servers, asker.root, forge)
         await self.servers.retire(asker.sessionid, definitions)
         if not definitions and not problems:
             return registry
@@ -98,11 +95,6 @@ class ProjectServers:
                           + "".join(f"\nleft out: {line}" for line in running.skipped),
                           "title": f"started {definition.name}", "finished": now_ms()})
         await self.recorder.close(part, "done")
-
-
-async def _is_totaljs(root: str) -> bool:
-    from .. import totaljs  # its patterns take a while to compile: not at start-up
-    return (await asyncio.to_thread(totaljs.detect, root)).totaljs
 
 
 class _Notes:

@@ -100,6 +100,19 @@ def forge_definition(forgeurl: str) -> ServerDefinition:
     return ServerDefinition("forge", "config.ini", "http", url=urljoin(forgeurl.rstrip("/") + "/", "$mcp/"))
 
 
+def offered_servers(root: str, forge: ServerDefinition | None = None,
+                    ) -> tuple[list[ServerDefinition], list[Problem]]:
+    """The servers offered to the project at `root`: its files' (read_definitions) and, when
+    given and the project is a Total.js one that does not name its own `forge`, Forge's.
+    Blocks: file reads."""
+    definitions, problems = read_definitions(root)
+    if forge is not None and all(definition.name != forge.name for definition in definitions):
+        from .. import totaljs  # its patterns take a while to compile: not at start-up
+        if totaljs.detect(root).totaljs:
+            definitions.append(forge)
+    return definitions, problems
+
+
 def read_definitions(root: str) -> tuple[list[ServerDefinition], list[Problem]]:
     """The servers of the project at `root` and the problems of its files (blocks: file reads).
     A file that is absent is no problem."""
