@@ -36,6 +36,7 @@ const LAST_PROJECT_KEY = 'totem.project';
 const state = {
   projects: [], project: null, sessions: [], session: null, catalog: { providers: [], models: [] },
   held: null, hearing: new Set(), sessionsMore: false, sessionsCursor: null, changing: 0, schedules: [],
+  touches: 0, // the person's clicks and keys: a reading that ends after one leaves the focus alone
 };
 let connectionLost = false;
 let gitTimer = 0;
@@ -309,6 +310,7 @@ function showEmptySession() {
 }
 
 async function selectSession(chosen) {
+  const touches = state.touches;
   // The list's own object, so that events that change it change what is shown.
   const session = state.sessions.find((s) => s.id === chosen.id) ?? chosen;
   if (state.session?.id !== session.id) {
@@ -330,7 +332,9 @@ async function selectSession(chosen) {
   remember();
   paintGit();
   await loadConversation();
-  if (state.session?.id === session.id && !questions.focus()) composer.focus(); // a waiting question first
+  if (state.session?.id === session.id && state.touches === touches && !questions.focus()) {
+    composer.focus(); // a waiting question first
+  }
 }
 
 // The shown session is usually subscribed already while its stored state is read, so events
@@ -855,6 +859,8 @@ byId('side').addEventListener('click', (event) => {
 }, { capture: true }); // before the row's own handler repaints the list
 
 // -- keyboard and buttons --------------------------------------------------------------------
+
+for (const type of ['pointerdown', 'keydown']) document.addEventListener(type, () => { state.touches += 1; }, true);
 
 document.addEventListener('keydown', (event) => {
   const drawer = document.body.classList.contains('show-side') ? 'side' : document.body.classList.contains('show-panels') ? 'panels' : null;

@@ -8,7 +8,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from tests.model_server import Stall, text_chunks
+from tests.model_server import Stall, reply, text_chunks
 from tests.ui.harness import CHROMIUM, open_session, shot, watch_csp
 
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),
@@ -179,3 +179,30 @@ def test_terminal_follows_the_session_and_escape_stays_in_it(live, page):
     expect(page.locator("#session-status")).to_have_text("running")
     assert live.api("sessions_read", ident=second["id"])["status"] == "running"
     assert violations() == []
+
+
+def test_a_page_that_ends_loading_leaves_the_focus_where_the_person_put_it(live, page):
+    """The conversation is read after the shell's state: the person may click into the terminal
+    and type before it is there. The page then does not move the focus to the composer (the keys
+    would go to the prompt instead of the shell)."""
+    project = live.project("focus")
+    session = live.session(project, "Focus")
+    live.model.script(reply("an answer to show"))
+    live.prompt(session, "Say something")
+    assert live.wait_run_end(session) == "idle"
+    live.api("sessions_terminal", {"start": True}, ident=session["id"])
+    held = []
+    page.route("**/api/sessions_messages/**", lambda route: held.append(route))
+    page.goto(f"/#/{project['id']}/{session['id']}")
+    expect(page.locator("#terminal-panel")).to_have_attribute("data-status", "running")
+    page.wait_for_function("document.querySelector('#terminal-screen .xterm')")
+    page.locator("#terminal-screen .xterm").click()
+    assert held, "the conversation is still being read"
+    for route in held:
+        route.continue_()
+    page.unroute("**/api/sessions_messages/**")
+    expect(page.locator(".msg.assistant .part.text")).to_contain_text("an answer to show")
+    page.wait_for_timeout(100)  # the end of the reading, and what it would focus
+    type_line(page, "echo kept-$((20+1))")
+    expect(page.locator("#terminal-screen .xterm-rows")).to_contain_text("kept-21")
+    assert page.locator("#prompt").input_value() == ""
