@@ -8,7 +8,8 @@ is cheap next to the server). It measures and reports; it asserts nothing and ch
 totem/.
 
 Figures:
-- start-up: from spawning the process to the first `GET /api/account` answered 200, with the
+- start-up: from spawning the process to the first `GET /api/account` answered 200 (and, for
+  information, to the first `GET /api/projects`, which waits for the core), with the
   bytecode cached as on any second `make run` (a temporary PYTHONPYCACHEPREFIX, so nothing is
   written into the repository), and once more without writing bytecode
   (PYTHONDONTWRITEBYTECODE=1, as some sandboxes and containers set it): then Totem's own modules
@@ -41,7 +42,7 @@ HOST = "127.0.0.1"
 
 STARTUP_RUNS = 10
 UNCACHED_STARTUP_RUNS = 5
-STARTUP_TARGET_S = 0.3
+STARTUP_TARGET_S = 0.15
 FLOOR_RUNS = 5
 RSS_TARGET_MB = 40.0
 IDLE_SETTLE_S = 1.5
@@ -286,12 +287,13 @@ async def measure_throughput(port: int, path: str, connections: int,
 # -- the figures -----------------------------------------------------------------------------
 
 
-def measure_startup(env: dict[str, str], runs: int) -> list[float]:
-    """Spawn-to-first-200 of `runs` fresh servers, after one untimed run (fills a bytecode cache)."""
+def measure_startup(env: dict[str, str], runs: int, path: str = "/api/account") -> list[float]:
+    """Spawn-to-first-200 for `GET path` of `runs` fresh servers, after one untimed run (fills a
+    bytecode cache)."""
     times = []
     for run in range(runs + 1):
         with running_server(env) as server:
-            elapsed = wait_until_ready(server)
+            elapsed = wait_until_ready(server, path)
         if run:
             times.append(elapsed)
     return times
@@ -326,6 +328,10 @@ def measure_all(env: dict[str, str]) -> list[tuple]:
                            statistics.median(times), "s", STARTUP_TARGET_S))
     rows.append(target_row(f"startup: spawn to first 200, max of {len(times)}",
                            max(times), "s", STARTUP_TARGET_S))
+    # A session read needs the core (the agent and the services), which loads once the server listens.
+    core = measure_startup(env, STARTUP_RUNS, THROUGHPUT_PATH)
+    rows.append((f"startup: spawn to first 200 of GET {THROUGHPUT_PATH} (the core built), median of {len(core)}",
+                 statistics.median(core), "s", "", None))
     uncached = measure_startup(server_env(None), UNCACHED_STARTUP_RUNS)
     rows.append(target_row(f"startup, PYTHONDONTWRITEBYTECODE=1: median of {len(uncached)}",
                            statistics.median(uncached), "s", STARTUP_TARGET_S))

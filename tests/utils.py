@@ -33,6 +33,7 @@ async def running_totem(tmpdir: str, rules: dict | None = None, **settings):
     app = App(parse_values(raw, tmpdir, rules))
     await app.start()
     try:
+        await app.ready()  # the core too: tests reach for the runs, the services and the jobs
         yield app
     finally:
         await app.stop()

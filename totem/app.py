@@ -1,102 +1,117 @@
 """The composition root: builds Totem's objects from the configuration, starts and stops them.
 
 Behaviour lives in the concern modules; this file only wires them together and runs the
-process (`python totem.py [--config PATH]`).
+process (`python totem.py [--config PATH]`). It builds what the first request needs (the store,
+the vault, the event hub, the perimeter, the HTTP server) before it listens; the rest, the core
+(`core.py`: the agent, the services), loads in a worker thread once the server listens and is
+built by `ready()`, which every request that needs it awaits.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import logging
 import os
 import signal
 import sys
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from .agent.loop import Runs
-from .agent.providers import Providers
-from .agent.recovery import recover_changes
 from .auth import Perimeter
-from .changes import Changes
 from .config import Config, ConfigError, default_config_path, load_config
 from .events import Hub
-from .forge import ForgeDocs
 from .httpd import HttpServer
-from .jobs import Jobs
-from .mcp.definitions import forge_definition
-from .mcp.servers import McpServers
-from .project_servers import ProjectServersService
-from .projects import Projects
-from .providers_service import ProvidersService
-from .routes import Router
+from .routes import Router, api_module_names
 from .rows import PartRow
-from .schedules_service import Schedules
-from .sessions import Sessions
-from .settings_service import Settings
-from .snapshots import Snapshots
 from .store import Store
-from .terminal import Terminals
-from .tools import default_registry
 from .vault import Vault
+
+if TYPE_CHECKING:
+    from .core import Core, Services
 
 STATIC_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "static")
 
 log = logging.getLogger("totem")
 
 
-@dataclass(frozen=True)
-class Services:
-    """The use cases that adapters call (the API handlers as `ctx.services`; later the MCP
-    route, the scheduler and `totem run`): one service per group, built here once."""
-
-    sessions: Sessions
-    projects: Projects
-    providers: ProvidersService
-    changes: Changes
-    schedules: Schedules
-    settings: Settings
-    servers: ProjectServersService
+def load_core_modules() -> None:
+    """Import the core and the API modules (run in a worker thread, beside the first requests)."""
+    importlib.import_module("totem.core")
+    for name in api_module_names():
+        importlib.import_module(name)
 
 
 class App:
-    """One Totem server: configuration, database, event hub, perimeter and HTTP server."""
+    """One Totem server: configuration, database, event hub, perimeter and HTTP server, and the
+    core behind them once `ready()`."""
 
     def __init__(self, config: Config, static_dir: str = STATIC_DIR):
         self.config = config
         self.store = Store(config.data)
         self.vault = Vault.open(config)  # reads or creates <data>/secret.key; raises VaultError
-        self.providers = Providers(self.store, self.vault)
-        # Holds the scrubber of tool, job and terminal output; built in start() from the stored keys.
-        provider_service = ProvidersService(self.providers, config)
         self.hub = Hub(self)  # the App is the hub's events.Replay (below)
         self.perimeter = Perimeter(config, self.store)
-        self.jobs = Jobs(self.store.ids.new, provider_service.scrubber)
-        self.snapshots = Snapshots(self.store, self.hub, config.data, config.snapshotmb * 1024 * 1024)
-        self.mcp_clients = McpServers()  # the project MCP servers that runs start
-        forge_mcp = forge_definition(config.forgeurl) if config.forgemcp and config.forge else None
-        self.runs = Runs(self.store, self.hub, self.providers, default_registry(), config.steps, config.rules,
-                         self.jobs, provider_service.scrubber, snapshots=self.snapshots, mcp=self.mcp_clients,
-                         forge=ForgeDocs(config.data, config.forgeurl), forge_mcp=forge_mcp)
-        self.terminals = Terminals(self.hub, provider_service.scrubber, config.terminalshell)
-        settings = Settings(self.store, config)
-        sessions = Sessions(self.store, self.hub, self.runs, self.jobs, self.providers, self.terminals, config.data,
-                            settings)
-        projects = Projects(self.store, sessions, self.snapshots, config.data)
-        self.services = Services(sessions=sessions, projects=projects,
-                                 providers=provider_service,
-                                 changes=Changes(self.store, self.hub, self.snapshots, self.runs, self.jobs),
-                                 schedules=Schedules(self.store, self.hub, sessions, self.providers),
-                                 settings=settings,
-                                 servers=ProjectServersService(self.store, self.mcp_clients, forge_mcp))
-        # POST /$mcp/, only when config.ini says mcp = true.
-        self.mcp = None
-        if config.mcp:
-            from .mcp.server import McpServer  # loaded only when config.ini serves the route
-            self.mcp = McpServer(self.services)
         self.router = Router(self, static_dir)
         self.http = HttpServer(self.router.handle, config.headtimeout, config.bodytimeout, config.keepalive,
                                config.writetimeout)
+        self._core: Core | None = None
+        self._building: asyncio.Future | None = None
+
+    # -- the core ---------------------------------------------------------------------------
+
+    async def ready(self) -> Core:
+        """The core, built once: every caller waits for the same build. Raises what the build
+        raised."""
+        if self._building is None:
+            self._building = asyncio.ensure_future(self._build())
+        return await asyncio.shield(self._building)
+
+    async def _build(self) -> Core:
+        await asyncio.to_thread(load_core_modules)
+        from .core import Core  # loaded by the worker thread just above
+        core = Core(self.config, self.store, self.hub, self.vault)
+        await core.start()
+        self._core = core
+        return core
+
+    @property
+    def core(self) -> Core:
+        if self._core is None:
+            raise RuntimeError("the core is not built yet: await App.ready() first")
+        return self._core
+
+    @property
+    def services(self) -> Services:
+        return self.core.services
+
+    @property
+    def runs(self):
+        return self.core.runs
+
+    @property
+    def jobs(self):
+        return self.core.jobs
+
+    @property
+    def snapshots(self):
+        return self.core.snapshots
+
+    @property
+    def terminals(self):
+        return self.core.terminals
+
+    @property
+    def providers(self):
+        return self.core.providers
+
+    @property
+    def mcp_clients(self):
+        return self.core.mcp_clients
+
+    @property
+    def mcp(self):
+        return self.core.mcp
 
     # -- events.Replay: what the hub asks when a connection subscribes to a session -----------
 
@@ -104,23 +119,23 @@ class App:
         return await self.store.get_session(sessionid) is not None
 
     def open_parts(self, sessionid: str) -> list[PartRow]:
-        return self.runs.open_parts(sessionid)  # the hub is built before the runs that it relays
+        # Before the core is built no run has started, so no part is open and no question waits.
+        return self._core.runs.open_parts(sessionid) if self._core is not None else []
 
     def waiting_asks(self, sessionid: str) -> list:
-        return self.runs.questions.waiting(sessionid)
+        return self._core.runs.questions.waiting(sessionid) if self._core is not None else []
 
     async def start(self) -> None:
-        """Open the database and listen. Raises OSError (address in use), RuntimeError."""
+        """Open the database and listen, then build the core in the background (see ready()).
+        Raises OSError (address in use), RuntimeError."""
         os.makedirs(self.config.data, mode=0o700, exist_ok=True)
         await self.store.open()
-        await recover_changes(self.store)  # what a crash left half-done is read from the disk
-        await self.services.providers.refresh_scrubber()
         try:
             await self.http.start(self.config.listen, self.config.port)
         except BaseException:
             await self.store.close()
             raise
-        self.services.schedules.scheduler.start()  # after the listen: a failed start leaves no task
+        self._building = asyncio.ensure_future(self._build())
 
     @property
     def port(self) -> int:
@@ -133,11 +148,10 @@ class App:
         return f"http://{host}:{self.port}"
 
     async def stop(self) -> None:
-        await self.services.schedules.scheduler.stop()
-        await self.runs.stop_all()
-        await self.jobs.stop_all()
-        await self.terminals.stop_all()
-        await self.snapshots.close()
+        if self._building is not None and not self._building.done():
+            await asyncio.wait([self._building])  # a build half done would start the scheduler after the stop
+        if self._core is not None:
+            await self._core.stop()
         await self.hub.close_all()
         await self.http.stop()
         await self.store.close()
@@ -161,9 +175,25 @@ async def serve(config: Config) -> None:
     # Printed once a stop signal is handled: whoever waits for this line may stop us at once.
     print(startup_line(app.url, bool(config.token)), flush=True)
     try:
-        await stop.wait()
+        await until_stopped(app, stop)
     finally:
         await app.stop()
+
+
+async def until_stopped(app: App, stop: asyncio.Event) -> None:
+    """Wait for the stop signal. Raises RuntimeError when the core cannot be built: a server
+    that cannot run a session does not stay up looking healthy."""
+    stopping = asyncio.ensure_future(stop.wait())
+    building = asyncio.ensure_future(app.ready())
+    try:
+        await asyncio.wait([stopping, building], return_when=asyncio.FIRST_COMPLETED)
+        if building.done() and building.exception() is not None:
+            log.error("the core could not be built", exc_info=building.exception())
+            raise RuntimeError(f"cannot start: {building.exception()}")
+        await stopping
+    finally:
+        stopping.cancel()
+        building.cancel()
 
 
 def main(argv: list[str]) -> int:

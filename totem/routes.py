@@ -7,21 +7,9 @@ everywhere except the login page, the sign-in actions and static assets.
 
 from __future__ import annotations
 
-from .api import (
-    account,
-    build_table,
-    call_action,
-    folders,
-    mcpservers,
-    openapi,
-    permissions,
-    projects,
-    providers,
-    schedules,
-    sessions,
-    settings,
-    terminal,
-)
+import importlib
+
+from .api import account, build_table, call_action
 from .api.attachments import attachment_response
 from .errors import Forbidden, MethodNotAllowed, NotFound
 from .httpd import SECURITY_HEADERS, Response, static_response
@@ -32,11 +20,22 @@ WEBSOCKET_PATHS = frozenset(("/ws", "/ws/"))
 APP_PAGES = {"/": "/index.html", "/index.html": "/index.html"}
 LOGIN_PAGES = {"/login": "/login.html", "/login.html": "/login.html"}
 PAGE_METHODS = ("GET", "HEAD")
+# The modules of totem/api whose ACTIONS make the table, in the order of the protocol text.
+API_MODULES = ("account", "projects", "mcpservers", "folders", "sessions", "terminal", "schedules", "settings",
+               "providers", "permissions", "openapi")
+
+
+def api_module_names() -> list[str]:
+    return [f"{__package__}.api.{name}" for name in API_MODULES]
 
 
 def action_table() -> dict:
-    return build_table(account, projects, mcpservers, folders, sessions, terminal, schedules, settings, providers,
-                       permissions, openapi)
+    """Every action of the API (imports the handlers, and with them the services they call)."""
+    return build_table(*(importlib.import_module(name) for name in api_module_names()))
+
+
+def action_name(path: str) -> str:
+    return path[len("/api/"):].strip("/").partition("/")[0]
 
 
 def redirect(location: str) -> Response:
@@ -49,14 +48,24 @@ class Router:
     def __init__(self, app, static_dir: str):
         self.app = app
         self.static_dir = static_dir
-        self.actions = action_table()
+        # Account|read and the sign-in actions answer before the core is built; the rest wait for it.
+        self.account_actions = build_table(account)
+        self._actions: dict | None = None
+
+    @property
+    def actions(self) -> dict:
+        """The whole action table, made once."""
+        if self._actions is None:
+            self._actions = action_table()
+        return self._actions
 
     async def handle(self, request) -> Response | None:
         perimeter = self.app.perimeter
         perimeter.check_host(request)
         path = request.path
-        if path in MCP_PATHS and self.app.mcp is not None:
+        if path in MCP_PATHS and self.app.config.mcp:
             perimeter.authenticate_mcp(request)
+            await self.app.ready()
             return await self.app.mcp.handle(request)
         perimeter.check_origin(request)
         if path in WEBSOCKET_PATHS:
@@ -64,6 +73,9 @@ class Router:
         if path.startswith("/api/"):
             if request.method != "OPTIONS" and path.rstrip("/") not in PUBLIC_ACTIONS:
                 await perimeter.authenticate(request)
+            if action_name(path) in self.account_actions:
+                return await call_action(self.app, self.account_actions, request)
+            await self.app.ready()
             return await call_action(self.app, self.actions, request)
         if path.startswith("/attachments/"):
             await perimeter.authenticate(request)

@@ -21,7 +21,8 @@ from ..httpd import Request, Response, json_response
 from .validate import Input
 
 if TYPE_CHECKING:
-    from ..app import App, Services
+    from ..app import App
+    from ..core import Services
 
 MAX_ID_CHARS = 64
 READ_METHODS = ("GET", "HEAD", "POST")
@@ -51,11 +52,14 @@ class Context:
     `app` is the composition root, for the handlers that are not services yet (permissions,
     folders, the sign-in actions): new handlers use `services`."""
 
-    services: Services
     app: App
     request: Request
     id: str | None
     query: dict
+
+    @property
+    def services(self) -> Services:
+        return self.app.services  # built before any action but Account|read and the sign-in ones
 
     async def body(self, allowed: tuple[str, ...]) -> Input:
         """The JSON body as an Input. Raises UnsupportedMediaType (415) for a body that is not
@@ -107,7 +111,7 @@ async def call_action(app: App, table: dict[str, Action], request: Request) -> R
     if request.method not in action.methods:
         raise MethodNotAllowed(("method", f"{action.label} answers {' and '.join(action.methods)}"),
                                headers={"Allow": ", ".join(action.methods + ("OPTIONS",))})
-    result = await action.handler(Context(app.services, app, request, ident, request.query))
+    result = await action.handler(Context(app, request, ident, request.query))
     if isinstance(result, Response):
         return result
     return json_response(result)

@@ -1,0 +1,94 @@
+"""Everything behind the API: the runs of the agent, the jobs, snapshots, terminals and project
+MCP servers, and the services the adapters call, wired together once.
+
+The composition root (`app.py`) loads this module after the server listens, in a worker thread,
+and builds the core with the first request that needs it: start-up pays only for what answers
+the first request (the sign-in actions, Account|read, the pages). Nothing here listens or
+speaks HTTP.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from .agent.loop import Runs
+from .agent.providers import Providers
+from .agent.recovery import recover_changes
+from .changes import Changes
+from .forge import ForgeDocs
+from .jobs import Jobs
+from .mcp.definitions import forge_definition
+from .mcp.servers import McpServers
+from .project_servers import ProjectServersService
+from .projects import Projects
+from .providers_service import ProvidersService
+from .schedules_service import Schedules
+from .sessions import Sessions
+from .settings_service import Settings
+from .snapshots import Snapshots
+from .terminal import Terminals
+from .tools import default_registry
+
+log = logging.getLogger("totem")
+
+
+@dataclass(frozen=True)
+class Services:
+    """The use cases that adapters call (the API handlers as `ctx.services`, the MCP route, the
+    scheduler): one service per group, built here once."""
+
+    sessions: Sessions
+    projects: Projects
+    providers: ProvidersService
+    changes: Changes
+    schedules: Schedules
+    settings: Settings
+    servers: ProjectServersService
+
+
+class Core:
+    """The concerns and services of one Totem, over its store, hub and vault."""
+
+    def __init__(self, config, store, hub, vault):
+        self.config = config
+        self.store = store
+        self.providers = Providers(store, vault)
+        # Holds the scrubber of tool, job and terminal output; filled in start() from the stored keys.
+        provider_service = ProvidersService(self.providers, config)
+        self.jobs = Jobs(store.ids.new, provider_service.scrubber)
+        self.snapshots = Snapshots(store, hub, config.data, config.snapshotmb * 1024 * 1024)
+        self.mcp_clients = McpServers()  # the project MCP servers that runs start
+        forge_mcp = forge_definition(config.forgeurl) if config.forgemcp and config.forge else None
+        self.runs = Runs(store, hub, self.providers, default_registry(), config.steps, config.rules,
+                         self.jobs, provider_service.scrubber, snapshots=self.snapshots, mcp=self.mcp_clients,
+                         forge=ForgeDocs(config.data, config.forgeurl), forge_mcp=forge_mcp)
+        self.terminals = Terminals(hub, provider_service.scrubber, config.terminalshell)
+        settings = Settings(store, config)
+        sessions = Sessions(store, hub, self.runs, self.jobs, self.providers, self.terminals, config.data, settings)
+        projects = Projects(store, sessions, self.snapshots, config.data)
+        self.services = Services(sessions=sessions, projects=projects,
+                                 providers=provider_service,
+                                 changes=Changes(store, hub, self.snapshots, self.runs, self.jobs),
+                                 schedules=Schedules(store, hub, sessions, self.providers),
+                                 settings=settings,
+                                 servers=ProjectServersService(store, self.mcp_clients, forge_mcp))
+        # POST /$mcp/, only when config.ini says mcp = true.
+        self.mcp = None
+        if config.mcp:
+            from .mcp.server import McpServer  # loaded only when config.ini serves the route
+            self.mcp = McpServer(self.services)
+
+    async def start(self) -> None:
+        """Before anything reads or changes a project: finish what a crash left half-done, know
+        the secrets to scrub, then start the scheduler."""
+        await recover_changes(self.store)  # what a crash left half-done is read from the disk
+        await self.services.providers.refresh_scrubber()
+        self.services.schedules.scheduler.start()
+
+    async def stop(self) -> None:
+        await self.services.schedules.scheduler.stop()
+        await self.runs.stop_all()
+        await self.jobs.stop_all()
+        await self.terminals.stop_all()
+        await self.snapshots.close()
