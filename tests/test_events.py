@@ -12,7 +12,7 @@ from unittest import mock
 
 from websockets.exceptions import ConnectionClosed
 
-from tests.utils import MS, TotemCase, next_event, open_ws
+from tests.utils import MS, TotemCase, next_event, open_ws, publish_until_dropped, read_until_closed
 from totem import events
 from totem.events import (
     EVENT_TYPES,
@@ -375,18 +375,52 @@ class SlowClientTest(TotemCase):
     settings = {"wsqueue": 16}
 
     async def test_slow_client_closed_1013(self):
-        """A client that falls more than wsqueue events behind is closed with 1013."""
+        """A client that stops reading is closed with 1013 once more than wsqueue events wait for
+        it in the server (beyond what the sockets buffer), after a prefix of the events."""
+        project = await self.open_project()
+        session = await self.create_session(project["id"])
+        async with await open_ws(self.app, max_queue=1) as ws:
+            await subscribe(ws, session["id"])
+            await settle(self.app, session["id"])
+            published = await publish_until_dropped(self.app, session["id"], 1024)
+            received = await read_until_closed(ws)
+        self.assertEqual(ws.close_code, 1013)
+        indexes = [int(event["data"]["text"][:6]) for event in received]
+        self.assertEqual(indexes, list(range(len(indexes))))
+        self.assertLessEqual(len(indexes), published - 16)  # the 16 that waited were dropped
+
+    async def test_an_event_is_framed_once_for_all_its_connections(self):
+        """Three connections following a session get the same bytes, framed once."""
+        from websockets.frames import Frame
+        project = await self.open_project()
+        session = await self.create_session(project["id"])
+        clients = [await open_ws(self.app) for _ in range(3)]
+        try:
+            for ws in clients:
+                await subscribe(ws, session["id"])
+            await settle(self.app, session["id"])
+            serialize = Frame.serialize
+            with mock.patch.object(Frame, "serialize", autospec=True, side_effect=serialize) as framed:
+                self.app.hub.publish(PartDelta(session["id"], "p", "once"))
+                texts = [(await next_event(ws))["data"]["text"] for ws in clients]
+            self.assertEqual(texts, ["once"] * 3)
+            self.assertEqual(framed.call_count, 1)
+        finally:
+            for ws in clients:
+                await ws.close()
+
+    async def test_a_burst_to_a_client_that_reads_arrives_whole(self):
+        """More than wsqueue events published at once (one loop turn) do not drop a client
+        that reads: they go to its socket as they come."""
         project = await self.open_project()
         session = await self.create_session(project["id"])
         async with await open_ws(self.app) as ws:
             await subscribe(ws, session["id"])
             await settle(self.app, session["id"])
-            for index in range(100):  # no await: the sender cannot run in between
+            for index in range(100):  # no await: all in one turn of the loop
                 self.app.hub.publish(PartDelta(session["id"], "p", str(index)))
-            with self.assertRaises(ConnectionClosed):
-                while True:
-                    await next_event(ws)
-            self.assertEqual(ws.close_code, 1013)
+            texts = [(await next_event(ws))["data"]["text"] for _ in range(100)]
+        self.assertEqual(texts, [str(index) for index in range(100)])
 
 
 def masked_frame(opcode: int, payload: bytes) -> bytes:

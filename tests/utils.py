@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -13,9 +14,11 @@ import unittest
 from dataclasses import dataclass
 
 from websockets.asyncio.client import connect as ws_connect
+from websockets.exceptions import ConnectionClosed
 
 from totem.app import App
 from totem.config import parse_values
+from totem.events import PartDelta
 
 # Every wait in the tests is expressed in this unit; raise TOTEM_TEST_SLOWDOWN on a slow machine.
 MS = 0.001 * float(os.environ.get("TOTEM_TEST_SLOWDOWN", "1"))
@@ -169,3 +172,31 @@ async def run_ended(app, sessionid: str, timeout_ms: float = 20_000) -> None:
             return
         await asyncio.sleep(5 * MS)
     raise AssertionError(f"session {sessionid} is still running")
+
+
+# A client that does not read takes what the sockets of both ends buffer (a few MB on loopback)
+# before anything waits in the server: events are published until it is dropped, within this.
+MAX_PUBLISHED_BYTES = 64 * 1024 * 1024
+
+
+async def publish_until_dropped(app, sessionid: str, size: int) -> int:
+    """Publish part.delta events of `size` characters (each starting with its index) to a
+    client that does not read, without letting the loop run, until the server drops it as too
+    slow; returns how many were published. Fails if it never is."""
+    with unittest.TestCase().assertLogs("totem.websocket", logging.INFO) as logs:
+        for index in range(MAX_PUBLISHED_BYTES // size):
+            app.hub.publish(PartDelta(sessionid, "p", f"{index:06d}" + "y" * (size - 6)))
+            if logs.records:
+                break
+    messages = [record.getMessage() for record in logs.records]
+    assert [message[:30] for message in messages] == ["WebSocket client too slow, clo"], messages
+    return index + 1
+
+
+async def read_until_closed(ws) -> list[dict]:
+    received = []
+    try:
+        while True:
+            received.append(await next_event(ws))
+    except ConnectionClosed:
+        return received

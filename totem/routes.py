@@ -8,6 +8,7 @@ everywhere except the login page, the sign-in actions and static assets.
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 from .api import account, build_table, call_action
 from .api.attachments import attachment_response
@@ -51,6 +52,7 @@ class Router:
         # Account|read and the sign-in actions answer before the core is built; the rest wait for it.
         self.account_actions = build_table(account)
         self._actions: dict | None = None
+        self._frames: Any = None  # websocket.TextFrames, made with the first connection
 
     @property
     def actions(self) -> dict:
@@ -92,10 +94,12 @@ class Router:
             raise Forbidden(("origin", "WebSocket connections from another origin are refused"))
         await perimeter.authenticate(request)
         reader, writer, leftover = request.detach()
-        from .websocket import Limits, serve  # websockets is imported with the first connection
+        from .websocket import Limits, TextFrames, serve  # websockets is imported with the first connection
         config = self.app.config
         limits = Limits(config.wsqueue, config.wsqueuebytes, config.wsping)
-        await serve(self.app.hub, limits, request, reader, writer, leftover, SECURITY_HEADERS)
+        if self._frames is None:
+            self._frames = TextFrames()  # one for every connection: an event is framed once
+        await serve(self.app.hub, limits, request, reader, writer, leftover, SECURITY_HEADERS, self._frames)
         return None
 
     async def _page(self, request) -> Response:

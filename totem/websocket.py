@@ -47,10 +47,26 @@ class Limits:
     ping_interval: float  # seconds between pings, and how long a pong may take
 
 
+class TextFrames:
+    """The wire form of the events sent, made once for all the connections that get the same
+    event: the hub hands every subscriber the same bytes object, and a server's frames are not
+    masked (nor compressed: no extension is negotiated), so they are the same on every one."""
+
+    def __init__(self) -> None:
+        self._payload: bytes | None = None  # held, so its identity cannot be taken by another
+        self._framed = b""
+
+    def framed(self, payload: bytes) -> bytes:
+        if payload is not self._payload:
+            self._payload, self._framed = payload, Frame(Opcode.TEXT, payload).serialize(mask=False)
+        return self._framed
+
+
 async def serve(hub: Hub, limits: Limits, request: Any, reader: asyncio.StreamReader,
-                writer: asyncio.StreamWriter, leftover: bytes, extra_headers: Sequence[tuple[str, str]]) -> None:
+                writer: asyncio.StreamWriter, leftover: bytes, extra_headers: Sequence[tuple[str, str]],
+                frames: TextFrames | None = None) -> None:
     """Run one WebSocket connection until it closes. The request is already authorized."""
-    await Connection(hub, limits, reader, writer).run(request, leftover, extra_headers)
+    await Connection(hub, limits, reader, writer, frames).run(request, leftover, extra_headers)
 
 
 class Connection:
@@ -58,8 +74,10 @@ class Connection:
 
     To the hub it is an `events.Subscriber`: `send()`, `close()`, `wait_closed()`."""
 
-    def __init__(self, hub: Hub, limits: Limits, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+    def __init__(self, hub: Hub, limits: Limits, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 frames: TextFrames | None = None):
         self.hub = hub
+        self.frames = frames or TextFrames()
         self.limits = limits
         self.reader = reader
         self.writer = writer
@@ -93,11 +111,18 @@ class Connection:
                      len(self._queue), self._queued_bytes)
             self.close(CloseCode.TRY_AGAIN_LATER, "too slow: reconnect and reload")
             return
+        if not self._queue and not self._draining:
+            # Nothing waits: written now. A paced stream gives a connection one frame per loop
+            # turn, and a callback for it would cost a turn of its own. The protocol has nothing
+            # pending (each of its sends is flushed at once), so the frame may go around it.
+            self.writer.write(self.frames.framed(frame))
+            if self.writer.transport.get_write_buffer_size() > self._high_water:
+                self._draining = True
+                self._ready.set()
+            return
         self._queue.append(frame)
         self._queued_bytes += len(frame)
-        if not self._write_soon:
-            # One write per loop turn for all the frames queued in it, from a callback: waking
-            # a sender task for every frame cost more than framing and writing it.
+        if not self._write_soon and not self._draining:
             self._write_soon = True
             self._loop.call_soon(self._write_queued)
 

@@ -9,6 +9,7 @@ import socket
 import ssl
 import tempfile
 import time
+from unittest import mock
 
 import pytest
 
@@ -583,3 +584,70 @@ def test_request_json_total_timeout():
         assert caught.value.retry is True
 
     asyncio.run(scenario())
+
+
+class _Pieces:
+    """A response whose reads either return at once (bytes already buffered) or wait `wait_s`
+    for the network, `count` pieces of one byte, then the end."""
+
+    def __init__(self, count: int, wait_s: float | None):
+        self.left = count
+        self.wait_s = wait_s
+
+    async def next_piece(self) -> bytes:
+        if self.wait_s is not None:
+            arrived = asyncio.get_running_loop().create_future()
+            asyncio.get_running_loop().call_later(self.wait_s, arrived.set_result, None)
+            await arrived
+        if not self.left:
+            return b""
+        self.left -= 1
+        return b"x"
+
+
+async def _stream_beside_a_ticker(response: _Pieces, work_s: float) -> tuple[int, int]:
+    """Read `response` as stream_chat does, spending `work_s` on each piece; returns how often
+    a task beside it ran meanwhile, and how often the reader yielded on its own."""
+    from totem.agent.client import _LoopShare
+    ticks = 0
+
+    async def ticker():
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    beside = asyncio.create_task(ticker())
+    await asyncio.sleep(0)
+    started = ticks
+    turns = _LoopShare()
+    real_sleep = asyncio.sleep
+    yields = 0
+
+    async def counted_sleep(delay, *args):
+        nonlocal yields
+        if asyncio.current_task() is not beside:
+            yields += 1
+        return await real_sleep(delay, *args)
+
+    with mock.patch("asyncio.sleep", counted_sleep):
+        while await turns.read(response):
+            until = time.perf_counter() + work_s
+            while time.perf_counter() < until:
+                pass  # parsing the piece
+            await turns.share()
+    beside.cancel()
+    return ticks - started, yields
+
+
+def test_a_provider_whose_bytes_are_buffered_does_not_hold_the_loop():
+    """Reads that return at once from the buffer would keep the loop to one stream: the reader
+    lets other tasks run about every millisecond (here 100 pieces of 0.2 ms each)."""
+    ran, yields = asyncio.run(_stream_beside_a_ticker(_Pieces(100, None), 0.0002))
+    assert ran >= 5 and yields >= 5, (ran, yields)
+
+
+def test_a_paced_provider_costs_no_extra_loop_turn():
+    """A read that waited for the network let the loop run already: no yield is added after it."""
+    ran, yields = asyncio.run(_stream_beside_a_ticker(_Pieces(50, 0.0005), 0.00005))
+    assert yields == 0 and ran >= 50, (ran, yields)

@@ -21,6 +21,7 @@ import contextlib
 import json
 import socket
 import ssl
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -46,6 +47,10 @@ READ_TIMEOUT_SECONDS = 300.0
 KEEPALIVE_TIMEOUT_SECONDS = 900.0
 REQUEST_TIMEOUT_SECONDS = 30.0
 MAX_ERROR_BODY_BYTES = 64 * 1024
+# A read that took longer than this waited for the network (a buffered one takes microseconds).
+READ_WAITED_S = 0.00002
+# How long a stream may keep the loop to itself while its reads return from the buffer.
+HOLD_LOOP_S = 0.001
 MAX_JSON_BYTES = 16 * 1024 * 1024
 # Parsing a large JSON answer (OpenRouter's model list) would hold the loop too long.
 JSON_THREAD_BYTES = 1024 * 1024
@@ -237,15 +242,14 @@ async def stream_chat(kind: ProviderKind, url: str, key: str | None, body: Mappi
                 # The server ignored `stream: true` and sent one whole answer.
                 events = decoder.whole(json.loads(await response.read(MAX_JSON_BYTES)))
             else:
-                while piece := await response.next_piece():
+                turns = _LoopShare()
+                while piece := await turns.read(response):
                     # The deltas of one read leave as one: a part.delta each, not one per chunk.
                     for event in join_deltas(decoder.feed(piece)) + keepalive.check():
                         yield event
                     if accumulator.failed or accumulator.saw_done:
                         break  # an error is terminal and nothing after [DONE] matters
-                    # A read returns at once while bytes are buffered: without this a fast
-                    # provider would hold the loop for the whole burst.
-                    await asyncio.sleep(0)
+                    await turns.share()
                 events = decoder.close()
         except ProviderError as exc:
             events = accumulator.fail(exc.message, retry=exc.retry, kind=exc.kind)
@@ -255,6 +259,28 @@ async def stream_chat(kind: ProviderKind, url: str, key: str | None, body: Mappi
         for event in events + accumulator.finish():
             yield event
     yield StreamEnd(accumulator.result())
+
+
+class _LoopShare:
+    """Lets the loop run while a fast provider's bytes are buffered. A read returns at once while
+    bytes wait in the buffer, so a burst would hold the loop; a read that had to wait let it run
+    already, and yielding after it too would cost a loop turn for every paced delta."""
+
+    def __init__(self) -> None:
+        self._ran = time.monotonic()  # when the loop last ran other tasks, as far as we know
+
+    async def read(self, response: StreamResponse) -> bytes:
+        asked = time.monotonic()
+        piece = await response.next_piece()
+        now = time.monotonic()
+        if now - asked > READ_WAITED_S:
+            self._ran = now  # it waited for the network: the loop ran meanwhile
+        return piece
+
+    async def share(self) -> None:
+        if time.monotonic() - self._ran > HOLD_LOOP_S:
+            await asyncio.sleep(0)
+            self._ran = time.monotonic()
 
 
 class _KeepAlive:
