@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -221,6 +221,7 @@ class ChatAccumulator:
         self.saw_done = False
         self.chunks = 0
         self._finished = False
+        self._template = _TextTemplate()
 
     @property
     def failed(self) -> bool:
@@ -245,6 +246,43 @@ class ChatAccumulator:
             error = value.get("error", value) if isinstance(value, dict) else value
             return self._record_error(error)
         return self.feed(value)
+
+    def feed_sse_events(self, events: list[SseEvent]) -> list[StreamEvent]:
+        """Handle the events of one read, as `feed_sse` each would, but the text of consecutive
+        chunks that carry nothing else (nearly every chunk of an answer) goes out as one
+        TextDelta, as `join_deltas` would join it, without the general path for each: a fast
+        local model sends hundreds of them in one read."""
+        out: list[StreamEvent] = []
+        run: list[str] = []
+        template = self._template
+        for event in events:
+            value = _NOT_PARSED
+            data = event.data
+            if event.event == "message":
+                text = template.text(data)
+                if text is None and data.startswith("{"):
+                    try:
+                        value, end = _JSON.raw_decode(data)  # parse_json, without a call around it
+                        if end != len(data):
+                            value = parse_json(data)
+                    except ValueError:
+                        value = _NOT_PARSED  # feed_sse says what is wrong with it
+                    else:
+                        text = _text_only(value)
+                        if text is not None:
+                            template.learn(data, text)
+                if text is not None:
+                    self.chunks += 1
+                    if text:
+                        run.append(text)
+                    continue
+            if run:
+                self._add_text("".join(run), out)
+                run = []
+            out.extend(self.feed_sse(event) if value is _NOT_PARSED else self.feed(value))
+        if run:
+            self._add_text("".join(run), out)
+        return out
 
     def feed(self, chunk: object) -> list[StreamEvent]:
         """Handle one parsed chunk (OpenAI chunk, Ollama native line or error object)."""
@@ -475,6 +513,87 @@ def parse_json(text: str) -> Any:
     except ValueError:
         return json.loads(text)
     return value if end == len(text) else json.loads(text)
+
+
+_NOT_PARSED = object()
+# The decoder's own string scanner (C): a JSON string literal from just after its opening quote.
+scanstring: Callable[[str, int], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
+_PROBE_TEXT = "probe"
+_KEY_CONTENT = re.compile(r'"content"[ \t\n\r]*:[ \t\n\r]*"')  # JSON's whitespace only
+_TEMPLATE_TRIES = 4  # chunks a stream may spend finding its template (some vary in more than their text)
+
+
+class _TextTemplate:
+    """The text-only chunks of one stream, read without parsing each. A provider sends the same
+    chunk again and again with only its text changed (`{"id":...,"choices":[{"index":0,
+    "delta":{"content":"` TEXT `"},"finish_reason":null}]}`): once a chunk parsed in full is
+    found to be text-only, the JSON before and after its text's string literal is kept, and a
+    later chunk made of that prefix, one string literal and that suffix is that chunk with
+    another text: the literal alone is decoded. The position is proved on the kept prefix and
+    suffix around a probe literal, parsed in full: it is the text that counts (not a repeated
+    key's other value), and the rest leaves the chunk text-only."""
+
+    def __init__(self) -> None:
+        self._prefix: str | None = None
+        self._suffix = ""
+        self._tries = _TEMPLATE_TRIES
+
+    def text(self, data: str) -> str | None:
+        """The text of a chunk made on the template; None for any other."""
+        prefix, suffix = self._prefix, self._suffix
+        if prefix is None or not data.startswith(prefix) or not data.endswith(suffix):
+            return None
+        tail = len(data) - len(suffix)
+        if tail <= len(prefix):
+            return None
+        try:
+            text, end = scanstring(data, len(prefix))
+        except ValueError:
+            return None
+        return text if end == tail else None
+
+    def learn(self, data: str, text: str) -> None:
+        """Keep the template of `data`, a text-only chunk of `text` parsed in full, if its text's
+        literal is found and proved."""
+        if self._tries <= 0:
+            return
+        self._tries -= 1
+        for found in _KEY_CONTENT.finditer(data):
+            start = found.end()  # just after the literal's opening quote
+            try:
+                literal_text, end = scanstring(data, start)
+            except ValueError:
+                continue
+            if literal_text != text:
+                continue
+            prefix, suffix = data[:start], data[end:]
+            try:
+                probe = parse_json(f'{prefix}{_PROBE_TEXT}"{suffix}')
+            except ValueError:
+                continue
+            if _text_only(probe) == _PROBE_TEXT:
+                self._prefix, self._suffix = prefix, suffix
+                return
+
+
+def _text_only(chunk: Any) -> str | None:
+    """The text of an OpenAI chunk that carries nothing but text for the first choice (no
+    finish reason, usage, error or other delta field), whose handling by `feed` is only to add
+    it; None for every other chunk."""
+    try:
+        choices = chunk["choices"]
+        if type(choices) is not list or len(choices) != 1:
+            return None
+        choice = choices[0]
+        delta = choice["delta"]
+        text = delta["content"]
+    except (KeyError, TypeError):
+        return None
+    if (type(text) is not str or type(delta) is not dict or len(delta) != 1 or type(choice) is not dict
+            or choice.get("finish_reason") or choice.get("index", 0) != 0
+            or chunk.get("usage") or chunk.get("error") or "x_groq" in chunk or "done" in chunk):
+        return None
+    return text
 
 
 def _chunk_usage(chunk: JsonObject) -> dict[str, object] | None:

@@ -58,7 +58,7 @@ class SseAnswer:
         self._sse = SseDecoder()
 
     def feed(self, data: bytes) -> list[StreamEvent]:
-        return [e for event in self._sse.feed(data) for e in self._accumulator.feed_sse(event)]
+        return self._accumulator.feed_sse_events(self._sse.feed(data))
 
     def close(self) -> list[StreamEvent]:
         return []  # an event without its blank line is discarded (WHATWG)
