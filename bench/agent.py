@@ -100,7 +100,8 @@ class TimedDeltas:
 
 class TimedModel(ScriptedModel):
     """ScriptedModel that also answers TimedDeltas and notes, per chat request, when it was read
-    whole (`arrivals`) and when the last byte of its answer was written (`ends`), in ns."""
+    whole, before this process parses it (`arrivals`), and when the last byte of its answer was
+    written (`ends`), in ns."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -110,7 +111,7 @@ class TimedModel(ScriptedModel):
     async def _respond(self, request, reader, writer) -> None:
         is_chat = request.method == "POST" and request.path.endswith("/chat/completions")
         if is_chat:
-            self.arrivals.append(time.perf_counter_ns())
+            self.arrivals.append(request.read_ns)  # its parsing here is not the server's time
         await super()._respond(request, reader, writer)
         if is_chat:
             self.ends.append(time.perf_counter_ns())

@@ -22,6 +22,7 @@ Figures, at steps 1, 50 and 200 (step N: the N-th answer with a tool call):
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import statistics
@@ -60,6 +61,17 @@ class LongModel(TimedModel):
         if is_chat(request) and not is_step(request):
             self._script.appendleft(reply(SUMMARY, max_piece=WHOLE))
         await super()._respond(request, reader, writer)
+
+
+class WideModel(LongModel):
+    """LongModel that forgets the bodies of the requests it answered but the last: two hundred
+    parsed bodies of megabytes would make this process's garbage collector, not the server,
+    the time between an answer and the next request."""
+
+    async def _respond(self, request, reader, writer) -> None:
+        await super()._respond(request, reader, writer)
+        if len(self.requests) >= 2:
+            self.requests[-2] = dataclasses.replace(self.requests[-2], body=None, raw_body=b"")
 
 
 def is_chat(request) -> bool:
@@ -143,7 +155,7 @@ async def measure_wide(port: int, project_dir: str) -> list[tuple]:
     """WIDE_STEPS reads of about 16 KB each in a window that holds them all: nothing is pruned,
     so every step's history is longer than the last; the server time at the last step against
     the second says whether a step's cost grows with the session."""
-    async with LongModel() as model:
+    async with WideModel() as model:
         provider, project = await provider_and_project(port, model, WIDE_WINDOW, "Wide", project_dir)
         catalog = await api(port, "providers_catalog")
         if WIDE_WINDOW not in [m["context"] for m in catalog["models"]]:
@@ -160,14 +172,15 @@ async def measure_wide(port: int, project_dir: str) -> list[tuple]:
     chats = [request for request in model.requests[first:] if is_chat(request)]
     ends, arrivals = model.ends[-len(chats):], model.arrivals[-len(chats):]
     gaps = [(arrivals[index + 1] - ends[index]) / 1e6 for index in range(len(chats) - 1)]
-    second, last = statistics.median(gaps[1:4]), statistics.median(gaps[-3:])
+    # Medians of five steps: a machine shared with other work stalls a step now and then.
+    second, last = statistics.median(gaps[1:6]), statistics.median(gaps[-5:])
     return [(f"long session, no pruning: {WIDE_STEPS} reads of ~16 KB, last request body", len(chats[-1].raw_body),
              "bytes", "", None),
             ("long session, no pruning: tool outputs pruned in the last request",
              sum(1 for m in chats[-1].body["messages"] if m["role"] == "tool" and "removed to fit" in m["content"]),
              "", "", None),
-            ("long session, no pruning: server time at step 2 (median of steps 2-4)", second, "ms", "", None),
-            (f"long session, no pruning: server time at step {WIDE_STEPS} (median of the last 3)", last, "ms",
+            ("long session, no pruning: server time at step 2 (median of steps 2-6)", second, "ms", "", None),
+            (f"long session, no pruning: server time at step {WIDE_STEPS} (median of the last 5)", last, "ms",
              "<= 2 x step 2", last <= 2 * second)]
 
 

@@ -21,6 +21,7 @@ import os
 import random
 import re
 import socket
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -262,12 +263,14 @@ Response = Fixture | Stream | JsonResponse | Stall | Hangup | FastStream
 
 @dataclass(frozen=True)
 class RecordedRequest:
-    """One request as the server received it; `body` is the parsed JSON (None if absent)."""
+    """One request as the server received it; `body` is the parsed JSON (None if absent).
+    `read_ns`: perf_counter_ns() once its last byte was read, before the body was parsed."""
     method: str
     path: str
     headers: dict[str, str]
     body: Any
     raw_body: bytes
+    read_ns: int = 0
 
 
 # --- The server ------------------------------------------------------------------------------
@@ -378,8 +381,9 @@ class ScriptedModel:
                 headers[name.strip().lower()] = value.strip()
         length = int(headers.get("content-length", "0"))
         raw = await reader.readexactly(min(length, MAX_REQUEST_BODY_BYTES)) if length else b""
+        read_ns = time.perf_counter_ns()
         body = json.loads(raw) if raw else None
-        return RecordedRequest(method, path, headers, body, raw)
+        return RecordedRequest(method, path, headers, body, raw, read_ns)
 
     async def _respond(self, request: RecordedRequest, reader: asyncio.StreamReader,
                        writer: asyncio.StreamWriter) -> None:

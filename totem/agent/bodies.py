@@ -34,19 +34,29 @@ class BodyEncoder:
         self._kept: dict[int, tuple[Any, bytes]] = {}
 
     def encode(self, body: Any) -> bytes:
+        return b"".join(self.encode_pieces(body))
+
+    def encode_pieces(self, body: Any) -> list[bytes]:
+        """The body's JSON in pieces that join into it: the kept messages' bytes as they are, so
+        the only copy of a megabytes body is the one that joins it (with the request head)."""
         messages = body.get("messages") if isinstance(body, Mapping) else None
         if not isinstance(messages, list):
-            return _json(body)
+            return [_json(body)]
         kept: dict[int, tuple[Any, bytes]] = {}
-        encoded = []
+        pieces = [b""]  # the head's start, set below
         for message in messages:
             entry = self._kept.get(id(message))
             if entry is None or entry[0] is not message:
                 entry = (message, _json(message))
             kept[id(message)] = entry
-            encoded.append(entry[1])
+            pieces += (b",", entry[1])
         self._kept = kept
         head = _json({key: (_MESSAGES_MARK if key == "messages" else value) for key, value in body.items()})
-        if head.count(_MESSAGES_MARK_JSON) != 1:  # another field holds the mark's text: no shortcut
-            return _json(body)
-        return head.replace(_MESSAGES_MARK_JSON, b"[" + b",".join(encoded) + b"]", 1)
+        before, mark, after = head.partition(_MESSAGES_MARK_JSON)
+        if not mark or _MESSAGES_MARK_JSON in after:  # another field holds the mark's text: no shortcut
+            return [_json(body)]
+        pieces[0] = before + b"["
+        if len(pieces) > 1:
+            del pieces[1]  # no comma before the first message
+        pieces.append(b"]" + after)
+        return pieces

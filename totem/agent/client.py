@@ -54,6 +54,7 @@ HOLD_LOOP_S = 0.001
 MAX_JSON_BYTES = 16 * 1024 * 1024
 # Parsing a large JSON answer (OpenRouter's model list) would hold the loop too long.
 JSON_THREAD_BYTES = 1024 * 1024
+WRITE_BATCH_BYTES = 256 * 1024
 USER_AGENT = "Totem"
 _FORBIDDEN_IN_HEADERS = ("\r", "\n", "\0")
 
@@ -162,9 +163,8 @@ async def open_stream(method: str, url: str, headers: Mapping[str, str] | None =
     reader, writer = await _connect(target, connect_timeout)
     try:
         with _network_errors(target, read_timeout):
-            writer.write(request)
             async with asyncio.timeout(read_timeout):
-                await writer.drain()
+                await _write_request(writer, request)
             wire = await httpwire.read_response(reader, method, read_timeout)
             response = StreamResponse(wire, target, read_timeout)
         yield response
@@ -316,9 +316,29 @@ def _parse_url(url: str) -> _Target:
     return _Target(https, parts.hostname, port, path)
 
 
+async def _write_request(writer: asyncio.StreamWriter, pieces: list[bytes]) -> None:
+    """Write the pieces of a request in batches of about WRITE_BATCH_BYTES, each when the socket
+    has taken the last: a body of megabytes is never joined whole, nor copied whole into the
+    transport's buffer."""
+    batch: list[bytes] = []
+    size = 0
+    for piece in pieces:
+        batch.append(piece)
+        size += len(piece)
+        if size >= WRITE_BATCH_BYTES:
+            writer.write(b"".join(batch))
+            batch, size = [], 0
+            await writer.drain()
+    if batch:
+        writer.write(b"".join(batch))
+    await writer.drain()
+
+
 def _build_request(method: str, target: _Target, headers: Mapping[str, str], json_body: Any,
-                   encoder: BodyEncoder | None = None) -> bytes:
-    body = b"" if json_body is None else (encoder or BodyEncoder()).encode(json_body)
+                   encoder: BodyEncoder | None = None) -> list[bytes]:
+    """The request's head and body, in pieces (see _write_request)."""
+    pieces = [] if json_body is None else (encoder or BodyEncoder()).encode_pieces(json_body)
+    length = sum(map(len, pieces))
     fields = {"host": ("Host", target.host_header), "user-agent": ("User-Agent", USER_AGENT),
               "accept": ("Accept", "*/*"), "accept-encoding": ("Accept-Encoding", "identity")}
     if json_body is not None:
@@ -329,15 +349,15 @@ def _build_request(method: str, target: _Target, headers: Mapping[str, str], jso
             raise ValueError(f"the request header {name.strip()[:40]!r} contains a line break")
         fields[name.lower()] = (name, value)
     # We own the framing: one request, one connection, a body length we computed.
-    fields["content-length"] = ("Content-Length", str(len(body)))
+    fields["content-length"] = ("Content-Length", str(length))
     fields["connection"] = ("Connection", "close")
-    if method.upper() in ("GET", "HEAD") and not body:
+    if method.upper() in ("GET", "HEAD") and not length:
         del fields["content-length"]
     if any(c in method for c in " \r\n\0"):
         raise ValueError("the request method is invalid")
     head = f"{method} {target.path} HTTP/1.1\r\n" + "".join(
         f"{name}: {value}\r\n" for name, value in fields.values()) + "\r\n"
-    return head.encode("utf-8") + body
+    return [head.encode("utf-8"), *pieces]
 
 
 async def _connect(target: _Target, timeout: float) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
