@@ -4,6 +4,7 @@ fixture case end to end, body framings, HTTP errors, stalls, cancellation and ne
 import asyncio
 import contextlib
 import datetime
+import json
 import os
 import socket
 import ssl
@@ -139,6 +140,24 @@ def test_stream_chat_request_body_and_headers():
         assert request.headers["accept"] == "text/event-stream"
         assert request.headers["content-type"] == "application/json"
         assert request.headers["host"] == f"127.0.0.1:{model.port}"
+
+    asyncio.run(scenario())
+
+
+def test_a_request_of_megabytes_arrives_byte_for_byte():
+    """A long session's request (many messages, megabytes) is written in batches from the kept
+    JSON of its messages: the model reads exactly the JSON of the whole body, at its length."""
+    async def scenario():
+        async with ScriptedModel() as model:
+            model.script(reply("hello"))
+            messages = [{"role": "tool", "tool_call_id": f"c{index}", "content": f"{index} é " * 30_000}
+                        for index in range(12)]
+            await collect(model.chat_url, None, {"model": "scripted-model", "messages": messages})
+        (request,) = model.requests
+        sent = dict({"model": "scripted-model", "messages": messages}, stream=True,
+                    stream_options={"include_usage": True})
+        assert request.raw_body == json.dumps(sent, ensure_ascii=False, separators=(",", ":")).encode()
+        assert int(request.headers["content-length"]) == len(request.raw_body) > 1_500_000
 
     asyncio.run(scenario())
 
