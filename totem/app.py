@@ -35,10 +35,15 @@ STATIC_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file
 log = logging.getLogger("totem")
 
 
+# What a first prompt, a first page and a first project need besides the core, loaded with it
+# rather than by the first that needs them.
+FIRST_USE_MODULES = ("totem.agent.client", "totem.project_commands", "totem.totaljs", "totem.websocket")
+
+
 def load_core_modules() -> None:
-    """Import the core and the API modules (run in a worker thread, beside the first requests)."""
-    importlib.import_module("totem.core")
-    for name in api_module_names():
+    """Import the core, the API modules and FIRST_USE_MODULES (run in a worker thread, beside
+    the first requests)."""
+    for name in ("totem.core", *api_module_names(), *FIRST_USE_MODULES):
         importlib.import_module(name)
 
 
