@@ -22,7 +22,7 @@ import json
 import socket
 import ssl
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -266,21 +266,22 @@ class _LoopShare:
     bytes wait in the buffer, so a burst would hold the loop; a read that had to wait let it run
     already, and yielding after it too would cost a loop turn for every paced delta."""
 
-    def __init__(self) -> None:
-        self._ran = time.monotonic()  # when the loop last ran other tasks, as far as we know
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._ran = clock()  # when the loop last ran other tasks, as far as we know
 
     async def read(self, response: StreamResponse) -> bytes:
-        asked = time.monotonic()
+        asked = self._clock()
         piece = await response.next_piece()
-        now = time.monotonic()
+        now = self._clock()
         if now - asked > READ_WAITED_S:
             self._ran = now  # it waited for the network: the loop ran meanwhile
         return piece
 
     async def share(self) -> None:
-        if time.monotonic() - self._ran > HOLD_LOOP_S:
+        if self._clock() - self._ran > HOLD_LOOP_S:
             await asyncio.sleep(0)
-            self._ran = time.monotonic()
+            self._ran = self._clock()
 
 
 class _KeepAlive:
