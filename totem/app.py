@@ -103,10 +103,6 @@ class App:
         return self.core.snapshots
 
     @property
-    def terminals(self):
-        return self.core.terminals
-
-    @property
     def providers(self):
         return self.core.providers
 
