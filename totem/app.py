@@ -149,8 +149,10 @@ class App:
         return f"http://{host}:{self.port}"
 
     async def stop(self) -> None:
-        if self._building is not None and not self._building.done():
+        if self._building is not None:
             await asyncio.wait([self._building])  # a build half done would start the scheduler after the stop
+            if not self._building.cancelled() and self._building.exception() is not None:
+                log.info("stopping a server whose core could not be built")
         if self._core is not None:
             await self._core.stop()
         await self.hub.close_all()
