@@ -46,7 +46,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from startup import HOST, ROOT, BenchError, percentile, running_server, server_env, wait_until_ready
+from startup import HOST, ROOT, BenchError, measured_on_server, percentile, server_env
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed
 
@@ -507,17 +507,11 @@ async def measure(port: int, pid: int, project_dir: str) -> list[tuple]:
 
 
 def main() -> list[tuple]:
-    with (tempfile.TemporaryDirectory(prefix="totem-bench-pyc-") as pycache,
-          tempfile.TemporaryDirectory(prefix="totem-bench-project-") as project_dir):
+    with tempfile.TemporaryDirectory(prefix="totem-bench-project-") as project_dir:
         for index in range(STEPS):
             with open(os.path.join(project_dir, f"f{index:02d}.txt"), "w", encoding="utf-8") as handle:
                 handle.writelines(f"file {index}, line {line}: hello\n" for line in range(FILE_LINES))
-        with running_server(server_env(pycache)) as server:
-            wait_until_ready(server)
-            try:
-                return asyncio.run(measure(server.port, server.pid, os.path.realpath(project_dir)))
-            except BenchError as exc:
-                raise BenchError(f"{exc}\nserver log:\n{server.log_tail()}") from None
+        return measured_on_server(lambda server: measure(server.port, server.pid, os.path.realpath(project_dir)))
 
 
 if __name__ == "__main__":

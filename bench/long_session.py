@@ -21,7 +21,6 @@ Figures, at steps 1, 50 and 200 (step N: the N-th answer with a tool call):
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import os
@@ -30,7 +29,7 @@ import sys
 import tempfile
 
 from agent import API_TIMEOUT_S, Bench, TimedModel, api
-from startup import HOST, ROOT, BenchError, running_server, server_env, wait_until_ready
+from startup import HOST, ROOT, BenchError, measured_on_server
 from websockets.asyncio.client import connect as ws_connect
 
 if ROOT not in sys.path:
@@ -185,17 +184,12 @@ async def measure_wide(port: int, project_dir: str) -> list[tuple]:
 
 
 def main() -> list[tuple]:
-    with (tempfile.TemporaryDirectory(prefix="totem-bench-pyc-") as pycache,
-          tempfile.TemporaryDirectory(prefix="totem-bench-project-") as project_dir):
+    with tempfile.TemporaryDirectory(prefix="totem-bench-project-") as project_dir:
         with open(os.path.join(project_dir, "big.txt"), "w", encoding="utf-8") as handle:
             handle.writelines(f"line {n} " + "z" * 60 + "\n" for n in range(1, FILE_LINES + 1))
-        with running_server(server_env(pycache)) as server:
-            wait_until_ready(server)
-            try:
-                rows = asyncio.run(measure(server.port, os.path.realpath(project_dir)))
-                return rows + asyncio.run(measure_wide(server.port, os.path.realpath(project_dir)))
-            except BenchError as exc:
-                raise BenchError(f"{exc}\nserver log:\n{server.log_tail()}") from None
+        folder = os.path.realpath(project_dir)
+        return measured_on_server(lambda server: measure(server.port, folder),
+                                  lambda server: measure_wide(server.port, folder))
 
 
 if __name__ == "__main__":

@@ -46,7 +46,7 @@ from agent import (
     read_status_kb,
     subscribe_synced,
 )
-from startup import HOST, ROOT, BenchError, percentile, running_server, server_env, wait_until_ready
+from startup import HOST, ROOT, BenchError, measured_on_server, percentile
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed
 
@@ -234,14 +234,8 @@ async def measure(port: int, pid: int, project_dir: str) -> list[tuple]:
 
 
 def main() -> list[tuple]:
-    with (tempfile.TemporaryDirectory(prefix="totem-bench-pyc-") as pycache,
-          tempfile.TemporaryDirectory(prefix="totem-bench-project-") as project_dir,
-          running_server(server_env(pycache)) as server):
-        wait_until_ready(server)
-        try:
-            return asyncio.run(measure(server.port, server.pid, os.path.realpath(project_dir)))
-        except BenchError as exc:
-            raise BenchError(f"{exc}\nserver log:\n{server.log_tail()}") from None
+    with tempfile.TemporaryDirectory(prefix="totem-bench-project-") as project_dir:
+        return measured_on_server(lambda server: measure(server.port, server.pid, os.path.realpath(project_dir)))
 
 
 if __name__ == "__main__":

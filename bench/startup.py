@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -185,6 +186,21 @@ def wait_until_ready(server: Server, path: str = "/api/account") -> float:
             raise BenchError(f"the server did not answer within {START_TIMEOUT_S} s:\n"
                              f"{server.log_tail()}")
         time.sleep(POLL_INTERVAL_S)
+
+
+def measured_on_server(*runs: Callable[[Server], Awaitable[list[tuple]]]) -> list[tuple]:
+    """Spawn a server (bytecode cached in a temporary folder), wait until it answers, and run
+    each `run(server)` in turn: their rows. A BenchError carries the tail of the server's log."""
+    with (tempfile.TemporaryDirectory(prefix="totem-bench-pyc-") as pycache,
+          running_server(server_env(pycache)) as server):
+        wait_until_ready(server)
+        rows: list[tuple] = []
+        try:
+            for run in runs:
+                rows += asyncio.run(run(server))
+        except BenchError as exc:
+            raise BenchError(f"{exc}\nserver log:\n{server.log_tail()}") from None
+        return rows
 
 
 def read_rss_mb(pid: int) -> float | None:

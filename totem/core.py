@@ -9,7 +9,6 @@ speaks HTTP.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 from .agent.loop import Runs
@@ -29,8 +28,6 @@ from .settings_service import Settings
 from .snapshots import Snapshots
 from .terminal import Terminals
 from .tools import default_registry
-
-log = logging.getLogger("totem")
 
 
 @dataclass(frozen=True)

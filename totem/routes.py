@@ -8,12 +8,15 @@ everywhere except the login page, the sign-in actions and static assets.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .api import account, build_table, call_action
 from .api.attachments import attachment_response
 from .errors import Forbidden, MethodNotAllowed, NotFound
 from .httpd import SECURITY_HEADERS, Response, static_response
+
+if TYPE_CHECKING:
+    from .websocket import TextFrames
 
 PUBLIC_ACTIONS = frozenset(("/api/login", "/api/logout"))
 MCP_PATHS = frozenset(("/$mcp", "/$mcp/"))
@@ -52,7 +55,7 @@ class Router:
         # Account|read and the sign-in actions answer before the core is built; the rest wait for it.
         self.account_actions = build_table(account)
         self._actions: dict | None = None
-        self._frames: Any = None  # websocket.TextFrames, made with the first connection
+        self._frames: TextFrames | None = None  # made with the first connection
 
     @property
     def actions(self) -> dict:

@@ -82,13 +82,11 @@ class Connection:
         self.reader = reader
         self.writer = writer
         self.protocol = ServerProtocol(max_size=MAX_CLIENT_MESSAGE_BYTES)
-        self._loop = asyncio.get_running_loop()
         # The transport pauses writing exactly when a write leaves more than this in its buffer.
         self._high_water = writer.transport.get_write_buffer_limits()[1]
         self.finished = asyncio.Event()
         self._queue: deque[bytes] = deque()
         self._queued_bytes = 0
-        self._write_soon = False  # a write of the queue is scheduled for the next loop turn
         self._draining = False  # the client is behind: the sender waits for it, frames stay queued
         self._ready = asyncio.Event()  # set when the sender must wait for the client, or stop
         self._pong = asyncio.Event()
@@ -98,11 +96,18 @@ class Connection:
     # -- events.Subscriber ----------------------------------------------------------------
 
     def send(self, frame: bytes) -> None:
-        """Queue an encoded text frame. Past either bound the client is closed (1013) at once.
+        """Write an encoded text frame now, or queue it while the client is behind (the sender
+        waits for it); past either bound of the queue the client is closed (1013) at once.
 
         A frame bigger than the byte bound on its own (a long open part) is still taken while
         nothing else waits, so one catch-up never closes a client that reads."""
         if self.protocol.state is not State.OPEN:
+            return
+        if not self._draining:
+            # The protocol has nothing pending (each of its sends is flushed at once), so the
+            # frame may go around it; a callback per frame would cost a loop turn of its own.
+            self.writer.write(self.frames.framed(frame))
+            self._note_backlog()
             return
         if len(self._queue) >= self.limits.queue_frames or (
                 self._queue and self._queued_bytes + len(frame) > self.limits.queue_bytes):
@@ -111,20 +116,8 @@ class Connection:
                      len(self._queue), self._queued_bytes)
             self.close(CloseCode.TRY_AGAIN_LATER, "too slow: reconnect and reload")
             return
-        if not self._queue and not self._draining:
-            # Nothing waits: written now. A paced stream gives a connection one frame per loop
-            # turn, and a callback for it would cost a turn of its own. The protocol has nothing
-            # pending (each of its sends is flushed at once), so the frame may go around it.
-            self.writer.write(self.frames.framed(frame))
-            if self.writer.transport.get_write_buffer_size() > self._high_water:
-                self._draining = True
-                self._ready.set()
-            return
         self._queue.append(frame)
         self._queued_bytes += len(frame)
-        if not self._write_soon and not self._draining:
-            self._write_soon = True
-            self._loop.call_soon(self._write_queued)
 
     def close(self, code: int, reason: str) -> None:
         if self.protocol.state is State.OPEN:
@@ -240,20 +233,19 @@ class Connection:
             log.exception("WebSocket message failed")
             self.close(CloseCode.INTERNAL_ERROR, "internal error")
 
-    def _write_queued(self) -> None:
-        self._write_soon = False
-        if not self._draining:
-            self._write_out()
-
     def _write_out(self) -> None:
-        """Frame everything that waits and write it at once. Past the transport's high-water
-        mark (the client is not reading) the sender takes over: it waits until the client has
-        read enough, and frames stay in the bounded queue meanwhile."""
-        while self._queue and self.protocol.state is State.OPEN:
+        """Write everything that waits at once, then see whether the client is behind again."""
+        frames = []
+        while self._queue:
             frame = self._queue.popleft()
             self._queued_bytes -= len(frame)
-            self.protocol.send_text(frame)
-        self._flush()
+            frames.append(self.frames.framed(frame))
+        self.writer.write(b"".join(frames))
+        self._note_backlog()
+
+    def _note_backlog(self) -> None:
+        """Past the transport's high-water mark (the client is not reading) the sender takes
+        over: it waits until the client has read enough, and frames wait in the bounded queue."""
         if self.writer.transport.get_write_buffer_size() > self._high_water:
             self._draining = True
             self._ready.set()
