@@ -147,7 +147,9 @@ class App:
 
     @property
     def url(self) -> str:
-        host = self.config.listen
+        """Where a browser on this computer reaches Totem: every address (0.0.0.0, ::) is
+        reached at its loopback one."""
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(self.config.listen, self.config.listen)
         host = f"[{host}]" if ":" in host else host
         return f"http://{host}:{self.port}"
 
