@@ -214,28 +214,50 @@ function askTitle(data) {
   return [`allow ${data.tool}`, ['Allow ', h('strong', { className: 'ask-tool' }, data.tool)]];
 }
 
-// The start of a project MCP server: its file, then the exact command line and the names of
-// the variables it gets, or the URL, the host it goes to and the names of its headers (the
-// values are never sent to the page: they may be keys).
+// The start of a project MCP server: its file, what changed since it was approved (when it was),
+// then the exact command line, each variable with its value (a value that looks like a secret is
+// never sent to the page: the server marks it masked) and a warning on those that make programs
+// load code, and the project files whose content the approval covers, with what it does not
+// cover; or the URL, the host it goes to and the names of its headers (their values may be keys).
 function serverStartView(input) {
   const remote = input.transport && input.transport !== 'stdio';
-  const names = (remote ? input.headers : input.env) ?? [];
-  const nameList = Array.isArray(names) && names.length
-    ? h('ul', { className: 'ask-names' }, names.map((name) => h('li', null, h('code', null, reveal(name)))))
-    : h('span', { className: 'muted' }, ' none');
+  const list = (items, className, item) => (Array.isArray(items) && items.length
+    ? h('ul', { className: `ask-names ${className}` }, items.map(item)) : null);
+  const none = () => h('span', { className: 'muted' }, ' none');
+  const line = (text) => h('li', null, reveal(String(text)));
+  const code = (text) => h('li', null, h('code', null, reveal(String(text))));
+  const changed = list(input.changed, 'ask-changed', line);
+  const variables = Array.isArray(input.variables) ? input.variables
+    : (Array.isArray(input.env) ? input.env : []).map((name) => ({ name, masked: true }));
   return h('div', { className: 'ask-server' },
     h('div', { className: 'ask-folder' }, 'from ', h('code', null, reveal(input.file ?? '?')),
       h('span', { className: 'muted' }, ` · ${input.transport ?? 'stdio'}`)),
+    changed ? [h('div', { className: 'label ask-changed-label' }, 'What changed since it was approved'), changed] : null,
     remote ? [
       h('div', { className: 'label' }, 'URL'),
       h('pre', { className: 'ask-input ask-url' }, reveal(input.url ?? '')),
       h('div', { className: 'ask-host' }, 'It connects to the host ', h('code', null, reveal(input.host || '?'))),
-      h('div', { className: 'label' }, 'Headers it sends (names only)'), nameList,
+      h('div', { className: 'label' }, 'Headers it sends (names only)'), list(input.headers, 'ask-headers', code) ?? none(),
     ] : [
       h('div', { className: 'label' }, 'Command line'),
       h('pre', { className: 'ask-input ask-command' }, `$ ${reveal(input.command ?? '')}`),
-      h('div', { className: 'label' }, 'Variables it gets (names only)'), nameList,
+      h('div', { className: 'label' }, 'Variables it gets'), list(variables, 'ask-variables', variableItem) ?? none(),
+      h('div', { className: 'label' }, 'Files of the project it runs (the approval covers their content)'),
+      list(input.files, 'ask-files', code) ?? none(),
+      list(input.left_out, 'ask-left-out', line),
     ]);
+}
+
+// One variable of a server's start: `NAME = value`, or its value hidden; a variable that makes
+// programs load code carries a warning with the reason.
+function variableItem(variable) {
+  const name = String(variable?.name ?? '');
+  const shown = variable?.masked || typeof variable?.value !== 'string'
+    ? h('span', { className: 'ask-masked' }, 'hidden: it looks like a secret')
+    : h('code', { className: 'ask-value' }, reveal(variable.value));
+  return h('li', { className: variable?.loads ? 'ask-loads' : null, dataset: { name } },
+    h('code', { className: 'ask-name' }, reveal(name)), ' = ', shown,
+    variable?.loads ? h('div', { className: 'ask-flag' }, '⚠ loads code: ', reveal(String(variable.loads))) : null);
 }
 
 // A file tool's call shows what it would change (write, edit, patch: the preview), its raw
