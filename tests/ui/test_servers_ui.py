@@ -1,12 +1,14 @@
 """Project MCP servers in the browser: the Servers panel (each server's definition and state, the
 files that cannot be used), the question before a server starts (its command line, its variables
 with their values, a secret-looking one masked, the variables that load code flagged, the project
-files it runs and what changed since its approval), the start's line in the conversation, and the question of
-an MCP tool's call; against the real server, the scripted model and a stdio MCP server of the
-standard library (tests/mcp_servers/scripted_server.py, tools `first` and `second.page`)."""
+files it runs and what changed since its approval), the start's line in the conversation, the
+question of an MCP tool's call, and Save as of a file an approved server runs; against the real
+server, the scripted model and a stdio MCP server of the standard library
+(tests/mcp_servers/scripted_server.py, tools `first` and `second.page`)."""
 
 import json
 import os
+import shlex
 import sys
 
 import pytest
@@ -185,3 +187,31 @@ def test_question_of_a_changed_server_shows_what_changed_values_flags_and_files(
     assert shown["files"] == ["lib.sh", "srv.sh"]
     assert shown["left"] == ["/opt/x.sh is outside the project: its content is not covered"]
     assert shown["bold"] == 0
+
+
+def test_save_as_of_a_file_an_approved_server_runs_says_why_before_replacing(live, page):
+    """Save as of srv.sh, which an approved server runs, asks to replace it with the server's
+    reason on the confirmation; confirmed, the file is written."""
+    script = f"exec {shlex.quote(sys.executable)} {shlex.quote(SERVER)}\n"
+    project = live.project("servers-saveas", {"srv.sh": script,
+                                              ".mcp.json": mcp_json(quirky={"command": "sh", "args": ["srv.sh"]})})
+    digest = live.api("projects_mcp", ident=project["id"])["servers"][0]["digest"]
+    live.api("permissions_save", {"projectid": project["id"], "tool": "mcp-start", "pattern": f"quirky@{digest}",
+                                  "action": "allow"})
+    session = live.session(project, "Saving")
+    open_session(page, project, session)
+    live.model.script(reply("Here:\n\n```sh\necho replaced\n```\n"))
+    send(page, "Write a script")
+    block = page.locator(".msg.assistant .codeblock")
+    expect(block.locator("code")).to_have_text("echo replaced")
+    block.get_by_role("button", name="Save as").click()
+    block.locator("input.saveas-path").fill("srv.sh")
+    block.get_by_role("button", name="Save", exact=True).click()
+    confirm = block.locator(".saveas-confirm")
+    expect(confirm.locator(".saveas-pinned")).to_have_text(
+        "srv.sh is run by the MCP server quirky, approved to start without asking; a change would run without a question.")
+    expect(confirm).to_contain_text("srv.sh exists. Replace?")
+    with open(os.path.join(project["path"], "srv.sh")) as handle:
+        assert handle.read() == script
+    confirm.get_by_role("button", name="Replace").click()
+    expect(block.locator(".saveas-done")).to_have_text("Replaced srv.sh (14 bytes)")
