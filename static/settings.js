@@ -4,6 +4,7 @@
 // sends it); left empty it keeps the saved key, and "Remove the saved key" sends "".
 import { api, problemText } from '/api.js';
 import { h, byId, confirmButton, toast } from '/dom.js';
+import { McpTokens } from '/mcptokens.js';
 
 const SOURCES = { config: 'config.ini', all: 'all projects', project: 'this project', session: 'this session' };
 const SCOPE_WORDS = { all: 'all projects', project: 'this project', session: 'this session' };
@@ -257,6 +258,7 @@ export class SettingsDialog {
   // context(): {project, session} open in the page.
   constructor({ context }) {
     this.dialog = byId('settings-dialog');
+    this.mcpTokens = new McpTokens();
     this.list = byId('settings-list');
     this.context = context;
     this.scope = 'all';
@@ -318,6 +320,7 @@ export class SettingsDialog {
       session: `Values for the session “${this.session?.name}” only: they win over the project and all projects.`,
     }[scope]} A run reads them when it starts: a change applies from the next prompt.`;
     showError('settings-error', '');
+    this.mcpTokens.show(scope === 'all');
     this.rows.clear();
     this.list.replaceChildren(h('li', { className: 'empty' }, 'Reading…'));
     const reading = ++this.reading;

@@ -14,12 +14,16 @@ from totem.config import parse_values
 from totem.core import Core
 
 
-def test_startup_line_names_the_login_page_with_a_token():
-    """With a token the start-up line says where to sign in; without one, only where Totem listens."""
+def test_startup_line_names_the_sign_in_address_with_a_token():
+    """With a token the start-up line gives an address that signs in once; without one, it says
+    what a tokenless server lets any local program do."""
     url = "http://127.0.0.1:8470"
-    assert startup_line(url, token=True) == (
-        "Totem is listening on http://127.0.0.1:8470/ (sign in at http://127.0.0.1:8470/login with the access token)")
-    assert startup_line(url, token=False) == "Totem is listening on http://127.0.0.1:8470/"
+    assert startup_line(url, "abc.def.012") == (
+        "Totem is listening on http://127.0.0.1:8470/\n"
+        "Open this address to sign in (once, within 10 minutes): http://127.0.0.1:8470/login?code=abc.def.012\n"
+        "Later: `python totem.py token` prints a new one.")
+    assert startup_line(url, None) == ("Totem is listening on http://127.0.0.1:8470/ with no access token "
+                                       "(token = none): any program on this computer can use it")
 
 
 # -- start-up: the first request does not wait for the agent --------------------------------------
@@ -43,7 +47,7 @@ class CoreBuildTest(unittest.IsolatedAsyncioTestCase):
     async def asyncSetUp(self):
         self.tmp = tempfile.TemporaryDirectory()
         self.addCleanup(self.tmp.cleanup)
-        raw = {"listen": "127.0.0.1", "port": "0", "data": os.path.join(self.tmp.name, "data")}
+        raw = {"listen": "127.0.0.1", "port": "0", "data": os.path.join(self.tmp.name, "data"), "token": "none"}
         self.app = App(parse_values(raw, self.tmp.name))
 
     async def test_a_request_that_needs_the_core_waits_for_it(self):

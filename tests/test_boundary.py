@@ -13,6 +13,9 @@ PROTECTED = [
     # only the exact examples are not protected: anything around them may hold real values
     ".env.production.example", ".env.example.bak", ".env.example~", ".env.example.local",
     ".env.prod.sample", "app/.env.prod.template", ".env.examples", ".env.example.txt",
+    # every other separator after .env: a name only a person's habit tells from .env.*
+    ".env-prod", ".env_local", "app/.env-staging.json", ".ENV_PROD", ".env@prod", ".env+x", ".env-example",
+    ".env-prod~", "#.env_local#",
     # direnv
     ".envrc", "app/.envrc", ".ENVRC",
     # *.env
@@ -33,7 +36,7 @@ PROTECTED = [
 NOT_PROTECTED = [
     ".env.example", ".env.sample", ".env.template", "app/.env.example", ".ENV.EXAMPLE",
     "config/.Env.Sample", ".env.Template",
-    "x.environment", ".environment", "environment", "env", ".envoy", "dotenv", "env.py",
+    "x.environment", ".environment", "environment", "env", ".envoy", ".env2x", ".envs", "dotenv", "env.py",
     ".venv/lib/site.py", ".venv", "my.env.txt", "prod.envs", "envrc", ".envrc.d/x",
     "notes.txt", "README.md", "", ".", "src/app.py", "process.environ",
     # a backup of a name that is not protected
@@ -60,7 +63,7 @@ def test_is_protected_env_not_protected(path):
 def test_is_protected_env_table_constants():
     """The definition is a table of named constants (the rg engine writes its rules from it)."""
     assert boundary.ENV_NAMES == (".env", ".envrc")
-    assert boundary.ENV_PREFIX == ".env."
+    assert boundary.ENV_PREFIX == ".env"
     assert boundary.ENV_SUFFIX == ".env"
     assert {".env.example", ".env.sample", ".env.template"} == boundary.ENV_EXAMPLES
     assert {".env", ".env.d"} == boundary.ENV_FOLDERS

@@ -49,7 +49,9 @@ class ConfigTest(unittest.TestCase):
             "port = abc": "'port' must be a whole number from 0 to 65535",
             "listen = example.com": "'listen' must be an IP address",
             "cookiesecure = maybe": "'cookiesecure' must be true or false",
-            "token = short": "'token' must be empty (no login) or at least 16 characters",
+            "token = short": "'token' must be empty (a token is made in the data folder), none (no sign-in) "
+                             "or at least 16 characters",
+            "mcptoken = short": "'mcptoken' must be empty or at least 16 characters without spaces",
             "forgeurl = ftp://x": "'forgeurl' must be an http or https URL",
             "failures = 0": "'failures' must be a whole number from 1 to 1000",
             "proxy = nowhere": "'proxy' must be an IP address",
@@ -63,6 +65,7 @@ class ConfigTest(unittest.TestCase):
     def test_bad_secret_value_not_echoed(self):
         """A bad token or secret stops the start without its value in the message."""
         for line, value in (("token = short-tok", "short-tok"), ("token = has a space in it at all", "has a space"),
+                            ("mcptoken = mcp-short", "mcp-short"),
                             ("secret = tiny-secret", "tiny-secret")):
             with self.assertRaises(ConfigError, msg=line) as caught:
                 load_config(self.write(f"[totem]\n{line}\n"))
@@ -76,12 +79,14 @@ class ConfigTest(unittest.TestCase):
         self.assertIn("unknown key 'listen_address'", str(caught.exception))
 
     def test_public_listen_needs_token(self):
-        """Listening beyond loopback without a token is refused; with one it is allowed."""
+        """Listening beyond loopback with `token = none` is refused; with a token (given, or made
+        in the data folder: the default) it is allowed."""
         with self.assertRaises(ConfigError) as caught:
-            parse_values({"listen": "0.0.0.0"}, self.tmp.name)
-        self.assertIn("set 'token'", str(caught.exception))
+            parse_values({"listen": "0.0.0.0", "token": "none"}, self.tmp.name)
+        self.assertIn("remove 'token = none'", str(caught.exception))
         config = parse_values({"listen": "0.0.0.0", "token": "x" * 20}, self.tmp.name)
         self.assertEqual(config.listen, "0.0.0.0")
+        self.assertEqual(parse_values({"listen": "0.0.0.0"}, self.tmp.name).token, "")
         self.assertEqual(parse_values({"listen": "::1"}, self.tmp.name).listen, "::1")
 
     def test_missing_named_file_refused(self):

@@ -112,7 +112,7 @@ class ProcessCase(unittest.IsolatedAsyncioTestCase):
             process.kill()
 
     def make(self, name: str, **settings) -> TotemProcess:
-        values = {"listen": "127.0.0.1", "port": str(free_port()), "data": self.data}
+        values = {"listen": "127.0.0.1", "port": str(free_port()), "data": self.data, "token": "none"}
         values.update({key: str(value) for key, value in settings.items()})
         process = TotemProcess(self.tmp, name, values)
         self.processes.append(process)
@@ -264,8 +264,8 @@ class StartRefusalTest(ProcessCase):
         self.assertIn(process.config, lines[0])
 
     async def test_listen_all_without_token_refused(self):
-        """listen = 0.0.0.0 without a token refuses to start with a clear line."""
-        line = await self.refused(listen="0.0.0.0")
+        """listen = 0.0.0.0 with token = none refuses to start with a clear line."""
+        line = await self.refused(listen="0.0.0.0", token="none")
         self.assertIn("'listen'", line)
         self.assertIn("0.0.0.0", line)
         self.assertIn("token", line)

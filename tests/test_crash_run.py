@@ -32,7 +32,7 @@ class CrashDuringRunTest(unittest.IsolatedAsyncioTestCase):
         self.port = free_port()
         self.config = os.path.join(self.tmp, "config.ini")
         with open(self.config, "w") as handle:
-            handle.write(f"[totem]\nport = {self.port}\ndata = {self.tmp}/data\n")
+            handle.write(f"[totem]\nport = {self.port}\ndata = {self.tmp}/data\ntoken = none\n")
         os.makedirs(os.path.join(self.tmp, "proj"))
         self.server = SimpleNamespace(port=self.port)
 

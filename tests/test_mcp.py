@@ -190,7 +190,7 @@ class ElsewhereTest(McpCase):
         answer = await self.post({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {}},
                                  headers={"X-Forwarded-For": "10.1.2.3"})
         self.assertEqual(answer.status, 403)
-        self.assertIn(b"this computer", answer.body)
+        self.assertIn(b"through a proxy is not local", answer.body)
 
 
 class TokenTest(McpCase):

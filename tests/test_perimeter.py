@@ -859,7 +859,8 @@ class StaticCase(PerimeterAssertions, unittest.IsolatedAsyncioTestCase):
         os.symlink(os.path.join(self.tmp, "outside.txt"), os.path.join(self.static, "outside.txt"))
         os.symlink(site, os.path.join(self.static, "up"))
         os.symlink("/etc", os.path.join(self.static, "etc"))
-        raw = {"listen": "127.0.0.1", "port": "0", "data": os.path.join(self.tmp, "data")} | self.settings
+        raw = {"listen": "127.0.0.1", "port": "0", "data": os.path.join(self.tmp, "data"),
+               "token": "none"} | self.settings
         self.app = App(parse_values(raw, self.tmp), static_dir=self.static)
         await self.app.start()
 

@@ -534,6 +534,27 @@ class LimitsTest(SnapshotCase):
         self.assertEqual(done["restored"], ["b.txt"])
         self.assertEqual(self.text(".env"), "TOKEN=second-secret-value\n")
 
+    async def test_hard_linked_file_never_copied(self):
+        """A file given a second name by a command (`ln` of a secret outside the project) is
+        recorded with a note, but its content is never copied into the snapshot store, nor shown
+        in the diff; undo reports it lost."""
+        outside = os.path.join(self.tmp, "id_ed25519")
+        with open(outside, "w") as handle:
+            handle.write("PRIVATE-KEY-MATERIAL\n")
+        self.put("b.txt", "plain\n")
+        messageid, _ = await self.turn([("bash", {"command": f"ln {outside} notes.txt && echo x >> b.txt"})])
+        rows = {row["path"]: row for row in await self.rows()}
+        self.assertEqual(sorted(rows), ["b.txt", "notes.txt"])
+        self.assertEqual((rows["notes.txt"]["before"], rows["notes.txt"]["after"]), (None, ""))
+        self.assertIn("hard link", rows["notes.txt"]["note"])
+        kept = kept_contents(self.app, self.project["id"])
+        self.assertIn(b"plain\n", kept)
+        self.assertFalse(any(b"PRIVATE-KEY-MATERIAL" in data for data in kept))
+        files = await self.diff()
+        self.assertNotIn("PRIVATE-KEY-MATERIAL", json.dumps(files))
+        done = await self.undo(messageid)
+        self.assertIn("notes.txt", [item["path"] for item in done["lost"]])
+
     async def test_cap_removes_least_recently_used(self):
         """Over the cap, enforce_limit removes the least recently used contents first; an undo
         that needs a removed content reports the file in `lost` with the reason, and restores

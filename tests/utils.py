@@ -30,8 +30,9 @@ JSON_TYPE = "application/json"
 async def running_totem(tmpdir: str, rules: dict | None = None, **settings):
     """Start the real app on 127.0.0.1 port 0 with a temporary data folder; yield the App.
 
-    `rules` is the [rules] section of the configuration (NAME -> "ACTION TOOL PATTERN")."""
-    raw = {"listen": "127.0.0.1", "port": "0", "data": os.path.join(tmpdir, "data")}
+    `rules` is the [rules] section of the configuration (NAME -> "ACTION TOOL PATTERN"). Without
+    a `token` setting the server has none (`token = none`): tests of the sign-in give one."""
+    raw = {"listen": "127.0.0.1", "port": "0", "data": os.path.join(tmpdir, "data"), "token": "none"}
     raw.update({key: str(value) for key, value in settings.items()})
     app = App(parse_values(raw, tmpdir, rules))
     await app.start()

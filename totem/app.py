@@ -18,7 +18,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING
 
-from .auth import Perimeter
+from .auth import Perimeter, access_token, signin_url
 from .config import Config, ConfigError, default_config_path, load_config
 from .events import Hub
 from .httpd import HttpServer
@@ -52,9 +52,12 @@ class App:
     core behind them once `ready()`."""
 
     def __init__(self, config: Config, static_dir: str = STATIC_DIR):
+        self.vault = Vault.open(config)  # reads or creates <data>/secret.key; raises VaultError
+        # The token that signs in, from here on in config.token ("" only for token = none):
+        # config.ini's, or <data>/token made at the first start. Raises VaultError.
+        config = config.replace(token=access_token(config))
         self.config = config
         self.store = Store(config.data)
-        self.vault = Vault.open(config)  # reads or creates <data>/secret.key; raises VaultError
         self.hub = Hub(self)  # the App is the hub's events.Replay (below)
         self.perimeter = Perimeter(config, self.store)
         self.router = Router(self, static_dir)
@@ -160,11 +163,15 @@ class App:
         await self.store.close()
 
 
-def startup_line(url: str, token: bool) -> str:
-    """What the start prints: where Totem listens and, with a token, the page to sign in at."""
-    if token:
-        return f"Totem is listening on {url}/ (sign in at {url}/login with the access token)"
-    return f"Totem is listening on {url}/"
+def startup_line(url: str, code: str | None) -> str:
+    """What the start prints: where Totem listens and, with a token, an address that signs a
+    browser in once (`code`, good for auth.SIGNIN_CODE_TTL_S); without one, what that means."""
+    if code:
+        return (f"Totem is listening on {url}/\n"
+                f"Open this address to sign in (once, within 10 minutes): {signin_url(url, code)}\n"
+                f"Later: `python totem.py token` prints a new one.")
+    return (f"Totem is listening on {url}/ with no access token (token = none): "
+            "any program on this computer can use it")
 
 
 async def serve(config: Config) -> None:
@@ -176,7 +183,7 @@ async def serve(config: Config) -> None:
     app = App(config)
     await app.start()
     # Printed once a stop signal is handled: whoever waits for this line may stop us at once.
-    print(startup_line(app.url, bool(config.token)), flush=True)
+    print(startup_line(app.url, app.perimeter.codes.new() if app.config.token else None), flush=True)
     try:
         await until_stopped(app, stop)
     finally:
@@ -203,7 +210,11 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["run"]:  # the headless client, not the server
         from .cli import main as run_client
         return run_client(argv[1:])
-    parser = argparse.ArgumentParser(prog="totem.py", description="Totem, a self-hosted AI coding agent")
+    if argv[:1] == ["token"]:  # a new sign-in address, from the token file
+        from .cli import token_main
+        return token_main(argv[1:])
+    parser = argparse.ArgumentParser(prog="totem.py", description="Totem, a self-hosted AI coding agent",
+                                     allow_abbrev=False)
     parser.add_argument("--config", default=default_config_path(), help="the configuration file (config.ini)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

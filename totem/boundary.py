@@ -22,7 +22,7 @@ MAX_PATH_CHARS = 4096
 # is protected when, with at most one editor prefix and one editor suffix taken off, it is one of
 # ENV_NAMES, starts with ENV_PREFIX or ends with ENV_SUFFIX; only the exact ENV_EXAMPLES are not.
 ENV_NAMES = (".env", ".envrc")  # .envrc: direnv's file of `export KEY=value` lines
-ENV_PREFIX = ".env."  # .env.local, .env.production, .env.production.example, .env.example.bak
+ENV_PREFIX = ".env"  # followed by a separator: .env.local, .env-prod, .env_local, .env@staging
 ENV_SUFFIX = ".env"  # prod.env, .prod.env, docker's --env-file web.env (not x.environment)
 ENV_EXAMPLES = frozenset({".env.example", ".env.sample", ".env.template"})
 # Editor backups, swap, lock and auto-save files hold the same lines as the file: `.#.env`
@@ -93,8 +93,8 @@ def is_protected_env(relative: str) -> bool:
 
     protected                                        not protected
     `.env`, `.envrc`, in any folder                  `.env.example`, `.env.sample` and
-    `.env.*`: `.env.local`, `.env.prod.example`,     `.env.template`, exactly these names
-        `.env.example.bak`, `.env.swp`               `x.environment`, `env`, `.envoy`
+    `.env.*`, `.env-*`, `.env_*`: `.env.local`,      `.env.template`, exactly these names
+        `.env-prod`, `.env_local`, `.env.swp`        `x.environment`, `env`, `.envoy`
     `*.env`: `prod.env`, `.prod.env`                 a file below a folder `.env.local`
     a backup of one of these: `.env~`, `#.env#`,
         `.#.env`, `prod.env.bak`, `.envrc.swp`
@@ -109,8 +109,18 @@ def is_protected_env(relative: str) -> bool:
     name = parts[-1]
     if name in ENV_EXAMPLES:
         return False
-    return any(core in ENV_NAMES or core.startswith(ENV_PREFIX) or core.endswith(ENV_SUFFIX)
+    return any(core in ENV_NAMES or _env_prefixed(core) or core.endswith(ENV_SUFFIX)
                for core in _unwrapped(name))
+
+
+def _env_prefixed(name: str) -> bool:
+    """`.env` followed by anything but an ASCII letter or digit (`.env.local`, `.env-prod`,
+    `.env_local`); not a word that only starts alike (`.envoy`, `.environment`). grep's rg
+    rules say the same as `.env[!a-zA-Z0-9]*`."""
+    if not name.startswith(ENV_PREFIX) or len(name) == len(ENV_PREFIX):
+        return False
+    follower = name[len(ENV_PREFIX)]
+    return not (follower.isascii() and follower.isalnum())
 
 
 def _unwrapped(name: str) -> Iterator[str]:

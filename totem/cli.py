@@ -30,7 +30,9 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from .config import ConfigError, default_config_path, load_config
+from .auth import new_signin_code, signin_url, stored_token
+from .config import TOKENLESS, ConfigError, default_config_path, load_config
+from .vault import VaultError
 
 DEFAULT_URL = "http://127.0.0.1:8470"
 HTTP_TIMEOUT_S = 30.0
@@ -42,7 +44,8 @@ class ClientError(Exception):
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="totem.py run", description="Send a prompt to Totem and follow the run.")
+    p = argparse.ArgumentParser(prog="totem.py run", description="Send a prompt to Totem and follow the run.",
+                                allow_abbrev=False)
     p.add_argument("--url", help=f"the server (default: config.ini's listen and port, else {DEFAULT_URL})")
     p.add_argument("--config", default=default_config_path(), help="config.ini to read the URL and token from")
     p.add_argument("--token-file", help="a file holding the access token")
@@ -100,7 +103,14 @@ def read_token(args, config) -> str:
                 return handle.read().strip()
         except OSError as exc:
             raise ClientError(f"cannot read the token file {args.token_file}: {exc.strerror}") from None
-    return config.token if config is not None else ""
+    if config is None or config.token == TOKENLESS:
+        return ""
+    if config.token:
+        return config.token
+    try:
+        return stored_token(config.data)
+    except VaultError as exc:
+        raise ClientError(str(exc)) from None
 
 
 def server_url(args, config) -> str:
@@ -263,3 +273,28 @@ async def _follow(client: Client, follower: Follower, args, text: str) -> int:
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     return asyncio.run(run(args))
+
+
+def token_main(argv: list[str]) -> int:
+    """`totem.py token`: print a new one-time sign-in address of the server of config.ini."""
+    p = argparse.ArgumentParser(prog="totem.py token", allow_abbrev=False,
+                                description="Print an address that signs a browser in to Totem once "
+                                            "(within 10 minutes of now, while the server runs).")
+    p.add_argument("--config", default=default_config_path(), help="config.ini of the server")
+    args = p.parse_args(argv)
+    try:
+        config = load_config(args.config)
+        token = read_token(argparse.Namespace(token_file=None), config)
+    except (ConfigError, ClientError) as exc:
+        print(f"totem token: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if config.token == TOKENLESS:
+        print("totem token: this Totem has no access token (token = none in config.ini): "
+              f"open {server_url(argparse.Namespace(url=None), config)}/", file=sys.stderr)
+        return EXIT_ERROR
+    if not token:
+        print(f"totem token: no token yet in {config.data}: start Totem once (make run), it makes one",
+              file=sys.stderr)
+        return EXIT_ERROR
+    print(signin_url(server_url(argparse.Namespace(url=None), config), new_signin_code(token)))
+    return EXIT_IDLE

@@ -57,12 +57,26 @@ def _parse_address(text: str) -> str:
     return value
 
 
+# `token = none`: no sign-in at all, only by this explicit word (an empty value makes a token).
+TOKENLESS = "none"
+
+
 def _parse_token(text: str) -> str:
     value = text.strip()
+    if value == TOKENLESS:
+        return value
     if value and len(value) < 16:
-        raise ValueError("empty (no login) or at least 16 characters")
+        raise ValueError("empty (a token is made in the data folder), none (no sign-in) "
+                         "or at least 16 characters")
     if any(ch.isspace() for ch in value):
         raise ValueError("a token without spaces")
+    return value
+
+
+def _parse_mcp_token(text: str) -> str:
+    value = text.strip()
+    if value and (len(value) < 16 or any(ch.isspace() for ch in value)):
+        raise ValueError("empty or at least 16 characters without spaces")
     return value
 
 
@@ -100,7 +114,7 @@ class Key:
 
 
 # The keys whose values are secrets: never quoted back in an error.
-SECRET_KEYS = frozenset({"token", "secret"})
+SECRET_KEYS = frozenset({"token", "secret", "mcptoken"})
 
 # Every key of [totem]; the README and config.ini describe each one.
 KEYS = (
@@ -113,6 +127,7 @@ KEYS = (
     Key("data", _parse_text, "data"),
     Key("terminalshell", _parse_text, ""),
     Key("mcp", _parse_bool, "false"),
+    Key("mcptoken", _parse_mcp_token, ""),
     Key("forgemcp", _parse_bool, "false"),
     Key("forgeurl", _parse_url, "https://docs.totaljs.com"),
     Key("forgedocs", _parse_bool, "true"),
@@ -145,6 +160,7 @@ class Config:
     data: str
     terminalshell: str
     mcp: bool
+    mcptoken: str
     forgemcp: bool
     forgeurl: str
     forgedocs: bool
@@ -220,10 +236,10 @@ def parse_values(raw: dict[str, str], base_dir: str, raw_rules: dict[str, str] |
         values["data"] = os.path.join(base_dir, values["data"] or "data")
     values["rules"] = tuple(parse_rule(name, text) for name, text in (raw_rules or {}).items())
     config = Config(**values)
-    if not is_loopback(config.listen) and not config.token:
+    if not is_loopback(config.listen) and config.token == TOKENLESS:
         raise ConfigError(
             f"config: 'listen' is {config.listen}, which other computers can reach; "
-            "set 'token' to listen there, or listen on 127.0.0.1")
+            "remove 'token = none' to listen there with an access token, or listen on 127.0.0.1")
     return config
 
 

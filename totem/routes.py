@@ -69,7 +69,7 @@ class Router:
         perimeter.check_host(request)
         path = request.path
         if path in MCP_PATHS and self.app.config.mcp:
-            perimeter.authenticate_mcp(request)
+            await perimeter.authenticate_mcp(request)
             await self.app.ready()
             return await self.app.mcp.handle(request)
         perimeter.check_origin(request)

@@ -9,9 +9,10 @@ part that made it, the path, and the SHA-256 of the content before and after (No
 
 Content lives outside the project, in `<data>/snapshots/<projectid>/`: one zlib file per
 distinct content, named by its hash, so a file kept twice costs once. A file over
-MAX_FILE_BYTES is not kept (the row says so), nor is a protected secret file (its content is
-never copied); a project's store is capped (`snapshotmb`), the least recently used content going
-first, and an undo that needs a content that went says so instead of guessing.
+MAX_FILE_BYTES is not kept (the row says so), nor is a protected secret file or a file with
+more than one hard link (their content is never copied); a project's store is capped
+(`snapshotmb`), the least recently used content going first, and an undo that needs a content
+that went says so instead of guessing.
 
 The tree of a project is listed by git from the folder's `.gitignore` files (git.unignored_files)
 and kept in memory with each file's size, times, inode and hash: a capture reads only files whose
@@ -60,6 +61,9 @@ DIFF_CONTEXT_LINES = 3
 RACY_NS = 2_000_000_000  # a file changed this shortly before a look is read again at the next
 TOO_BIG = f"over {MAX_FILE_BYTES // (1024 * 1024)} MB: its content is not kept"
 SECRET = "a protected secret file: its content is never copied"
+# A second name of a file (`ln ~/.ssh/id_ed25519 notes.txt`) may be a secret's: its content is
+# never copied into the store, whatever its name here.
+HARD_LINKED = "a file with more than one hard link: its content is never copied"
 NOT_KEPT = ""  # the hash of a file that exists but whose content was not kept
 
 
@@ -217,6 +221,8 @@ def read_kept(blobs: Blobs, projectid: str, root: str, relative: str,
     racy = time.time_ns() - max(info.st_mtime_ns, info.st_ctime_ns) < RACY_NS
     if boundary.is_protected_env(relative):
         return Seen(*stamp, NOT_KEPT, SECRET, racy)
+    if info.st_nlink > 1:
+        return Seen(*stamp, NOT_KEPT, HARD_LINKED, racy)
     if info.st_size > MAX_FILE_BYTES:
         return Seen(*stamp, NOT_KEPT, TOO_BIG, racy)
     try:
@@ -234,12 +240,12 @@ def _no_follow(path: str, flags: int) -> int:
 
 
 def disk_digest(root: str, relative: str) -> str | None:
-    """The hash of a file's content now: None when there is none, NOT_KEPT when too big or a
-    secret (compared by the caller as "not what Totem left"). Blocks."""
+    """The hash of a file's content now: None when there is none, NOT_KEPT when too big, a
+    secret or hard-linked (compared by the caller as "not what Totem left"). Blocks."""
     info = _lstat_inside(root, relative)
     if info is None:
         return None
-    if info.st_size > MAX_FILE_BYTES or boundary.is_protected_env(relative):
+    if info.st_size > MAX_FILE_BYTES or info.st_nlink > 1 or boundary.is_protected_env(relative):
         return NOT_KEPT
     try:
         with open(os.path.join(root, relative), "rb", opener=_no_follow) as stream:
@@ -649,7 +655,7 @@ class Snapshots:
                 after = b""
         if before is None or now_digest == NOT_KEPT:
             return {"path": path, "status": status, "additions": 0, "deletions": 0,
-                    "patch": "", "note": "the content is not kept (too big, or a secret file)"}
+                    "patch": "", "note": "the content is not kept (too big, a secret file or hard-linked)"}
         return {"path": path, "status": status, **unified_diff(path, before, after if now_digest else None,
                                                                 created=first is None)}
 

@@ -230,7 +230,16 @@ MIGRATIONS = (
     ALTER TABLE sessions ADD COLUMN parent TEXT;
     CREATE INDEX sessions_by_parent ON sessions(parent);
     """,
-    # 9: what an "always" approval of a project MCP server covered (its pin's manifest), to say
+    # 9: MCP-only tokens, by the SHA-256 of the token (shown once when it is made).
+    """
+    CREATE TABLE mcptokens (
+        id TEXT PRIMARY KEY,
+        hash TEXT NOT NULL UNIQUE,
+        name TEXT NOT NULL,
+        created INTEGER NOT NULL
+    );
+    """,
+    # 10: what an "always" approval of a project MCP server covered (its pin's manifest), to say
     # what changed when the pin no longer matches.
     """
     CREATE TABLE server_pins (
@@ -905,6 +914,27 @@ class Store:
 
     async def remove_login(self, digest: str) -> None:
         await self.write(lambda c: c.execute("DELETE FROM logins WHERE hash = ?", (digest,)))
+
+    # -- MCP-only tokens ---------------------------------------------------------------------
+
+    async def add_mcp_token(self, digest: str, name: str) -> dict:
+        row = {"id": self.ids.new(), "name": name, "created": now_ms()}
+        await self.write(lambda c: c.execute(
+            "INSERT INTO mcptokens (id, hash, name, created) VALUES (?, ?, ?, ?)",
+            (row["id"], digest, name, row["created"])))
+        return row
+
+    async def has_mcp_token(self, digest: str) -> bool:
+        return await self.read(lambda c: c.execute(
+            "SELECT 1 FROM mcptokens WHERE hash = ?", (digest,)).fetchone() is not None)
+
+    async def list_mcp_tokens(self) -> list[dict]:
+        return await self.read(lambda c: [dict(row) for row in c.execute(
+            "SELECT id, name, created FROM mcptokens ORDER BY id")])
+
+    async def remove_mcp_token(self, tokenid: str) -> bool:
+        return await self.write(lambda c: c.execute(
+            "DELETE FROM mcptokens WHERE id = ?", (tokenid,)).rowcount > 0)
 
     # -- counts, for tests of cascading removal and for the account ------------------------
 

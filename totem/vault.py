@@ -113,28 +113,43 @@ class Vault:
         return f"<Vault v{VERSION}>"
 
 
-def load_secret_file(data_dir: str) -> str:
-    """The secret in `<data_dir>/secret.key`, created (mode 0600) when it does not exist.
+def load_secret_file(data_dir: str, name: str = SECRET_FILE,
+                     lost: str = "stored provider keys must then be entered again") -> str:
+    """The secret in `<data_dir>/<name>` (secret.key, or the access token's file), created
+    (mode 0600) when it does not exist; `lost` says what a new one costs, for the message of a
+    damaged file.
 
     A file that others can read is refused rather than fixed, as ssh does with a private key:
     someone may already have copied it, and the person should know. Raises VaultError.
     """
-    path = os.path.join(data_dir, SECRET_FILE)
+    path = os.path.join(data_dir, name)
     try:
         os.makedirs(data_dir, mode=0o700, exist_ok=True)
         try:
-            return _read_secret(path)
+            return _read_secret(path, lost)
         except FileNotFoundError:
             pass
         _create_secret(path)
-        return _read_secret(path)
+        return _read_secret(path, lost)
     except FileNotFoundError:
         raise VaultError(f"{path} disappeared while it was being created") from None
     except OSError as exc:
         raise VaultError(f"{path} cannot be used: {exc.strerror or type(exc).__name__}") from None
 
 
-def _read_secret(path: str) -> str:
+def read_secret_file(data_dir: str, name: str) -> str:
+    """The secret in `<data_dir>/<name>`, or "" when the file does not exist (never made).
+    Raises VaultError for an unsafe, damaged or unreadable file."""
+    path = os.path.join(data_dir, name)
+    try:
+        return _read_secret(path, "nothing else is lost")
+    except FileNotFoundError:
+        return ""
+    except OSError as exc:
+        raise VaultError(f"{path} cannot be read: {exc.strerror or type(exc).__name__}") from None
+
+
+def _read_secret(path: str, lost: str = "stored provider keys must then be entered again") -> str:
     """Raises FileNotFoundError, OSError, VaultError."""
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
@@ -162,8 +177,7 @@ def _read_secret(path: str) -> str:
         text = ""
     if len(data) > MAX_SECRET_FILE_BYTES or len(text) < MIN_SECRET_CHARS:
         raise VaultError(f"{path} is damaged: it must hold one line of at least {MIN_SECRET_CHARS} "
-                         "characters (removing it makes a new one, and stored provider keys must "
-                         "then be entered again)")
+                         f"characters (removing it makes a new one, and {lost})")
     return text
 
 

@@ -135,7 +135,8 @@ def test_glob_hides_every_secret_form(tmp_path):
                  {"pattern": "**/.envrc"}, {"pattern": "#*"}):
         assert glob(root, **args).data["count"] == 0, args
     assert listed(root, pattern="**/.[eE][nN][vV]*") == [
-        ".env.example", ".env.sample", ".env.template", ".environment", ".envoy", "app/.ENV.Example"]
+        ".env.example", ".env.sample", ".env.template", ".environment", ".envoy", ".envs", "app/.ENV.Example",
+        "app/.env2"]
 
 
 def test_glob_lists_hard_linked_files(tmp_path):

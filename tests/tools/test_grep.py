@@ -217,7 +217,8 @@ def test_grep_rg_ignore_rules_agree_with_boundary(tmp_path):
     root = project(tmp_path)
     cores = [".env", ".envrc", ".env.local", ".env.example", ".env.sample", ".env.template",
              ".env.", "prod.env", ".prod.env", "x.environment", "env", ".envoy", "a.txt", ".venv",
-             "my.env.txt", ".env.example.bak"]
+             "my.env.txt", ".env.example.bak", ".env-prod", ".env_local", ".env@x", ".envs", ".env2",
+             ".env-example"]
     affixes = [("", ""), *((p, "") for p in (*boundary.ENV_BACKUP_PREFIXES, "##")),
                *(("", s) for s in (*boundary.ENV_BACKUP_SUFFIXES, "~~", ".txt")), ("#", "#"),
                (".#", "~")]

@@ -28,10 +28,10 @@ SECRET_FILES = (
     ".prod.env", "deploy/web.ENV", ".env~", ".env.swp", ".env.swo", ".#.env", "#.env#", ".env.bak",
     "prod.env.bak", ".envrc.swp", "#prod.env#", ".env.production.example", ".env.example.bak",
     ".env.example~", "app/.env.prod.template", ".env.d/api", "conf/.env.d/sub/db.ini",
-    "venv/.env/lib/site.py", "tools/.ENV/bin/activate",
+    "venv/.env/lib/site.py", "tools/.ENV/bin/activate", ".env-prod", "app/.env_local", ".ENV-Staging",
 )
 PLAIN_FILES = (
     ".env.example", ".env.sample", ".env.template", "app/.ENV.Example", "x.environment",
     ".environment", "env", ".envoy", ".venv/lib/site.py", "cfg/.env.local/notes.txt",
-    "cfg/prod.env/readme.txt", "notes.txt~", "README",
+    "cfg/prod.env/readme.txt", "notes.txt~", "README", ".envs", "app/.env2",
 )

@@ -9,9 +9,10 @@ An answer is JSON, or one SSE event when the client accepts only a stream; notif
 202. Tool failures and invalid arguments are `isError` results the model can read; malformed
 messages are JSON-RPC errors; nothing is ever a 500.
 
-The caller never answers a question, sets auto-accept or makes a rule here: a prompt that
-changes files or runs a command still asks the person in the Totem screen, and
-`Sessions_read` shows the questions that wait.
+The caller never answers a question, sets auto-accept, widens the mode or makes a rule here,
+whatever its credential (the access token or an MCP-only one): a prompt that changes files or
+runs a command still asks the person in the Totem screen, and `Sessions_read` shows the
+questions that wait.
 
 Must not: expose the agent's tools, permissions, providers, the terminal or settings, or
 authenticate (the route checks the caller first: auth.Perimeter.authenticate_mcp).
@@ -27,7 +28,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ApiError
+from ..errors import ApiError, Forbidden
 from ..httpd import DuplicateKeyError, Response, decode_json
 from ..sessions import DEFAULT_SESSION_PAGE, MODES
 from ..tools.schema import validate
@@ -96,7 +97,15 @@ TOOLS = (
 
 
 async def _prompt(services, args: dict) -> dict:
-    return await services.sessions.send(args["id"], args["text"], model=args.get("model"), mode=args.get("mode"))
+    """A prompt may keep the session's mode or narrow it to Plan, never widen Plan to Build:
+    what a session may change is the person's to decide, not the caller's."""
+    mode = args.get("mode")
+    if mode is not None and mode != "plan":
+        session = await services.sessions.read(args["id"])
+        if session.get("mode") != mode:
+            raise Forbidden(("mode", "a prompt over MCP cannot change a Plan session to Build; "
+                                     "the person switches it in Totem"))
+    return await services.sessions.send(args["id"], args["text"], model=args.get("model"), mode=mode)
 
 
 class RpcError(Exception):

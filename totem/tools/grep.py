@@ -90,6 +90,8 @@ SEARCH_KILL_GRACE_S = 0.5
 # The answer names at most this many of the files skipped for their hard links.
 MAX_LINKED_SHOWN = 20
 _GITIGNORE_SPECIALS = frozenset("\\!#?[]{},")
+# boundary._env_prefixed: what follows `.env` in a secret name, as a glob class (kept as it is).
+ENV_SEPARATOR_GLOB = "\0"
 
 
 def env_ignore_rules() -> str:
@@ -103,7 +105,7 @@ def env_ignore_rules() -> str:
     --ignore-file; and --iglob cannot take the examples back without whitelist mode, which would
     defeat the include filter. The rg engine also drops any match in a protected file.
     """
-    bases = (*boundary.ENV_NAMES, boundary.ENV_PREFIX + "*", "*" + boundary.ENV_SUFFIX)
+    bases = (*boundary.ENV_NAMES, boundary.ENV_PREFIX + ENV_SEPARATOR_GLOB + "*", "*" + boundary.ENV_SUFFIX)
     prefixes = "{" + ",".join(map(_gitignore_glob, boundary.ENV_BACKUP_PREFIXES)) + "}"
     suffixes = "{" + ",".join(map(_gitignore_glob, boundary.ENV_BACKUP_SUFFIXES)) + "}"
     lines = [head + _gitignore_glob(base) + tail for base in bases
@@ -118,7 +120,9 @@ def _gitignore_glob(text: str) -> str:
     """A name of boundary's table as a case-insensitive gitignore glob; its `*` stays a wildcard."""
     out = []
     for char in text:
-        if char.isascii() and char.isalpha():
+        if char == ENV_SEPARATOR_GLOB:
+            out.append("[!a-zA-Z0-9]")
+        elif char.isascii() and char.isalpha():
             out.append(f"[{char.lower()}{char.upper()}]")
         elif char in _GITIGNORE_SPECIALS:
             out.append("\\" + char)
