@@ -204,6 +204,9 @@ def test_save_as_of_a_file_an_approved_server_runs_says_why_before_replacing(liv
     send(page, "Write a script")
     block = page.locator(".msg.assistant .codeblock")
     expect(block.locator("code")).to_have_text("echo replaced")
+    # The answer is drawn once more when its part closes, which would take an open form with it.
+    assert live.wait_run_end(session) == "idle"
+    expect(page.locator(".working")).to_be_hidden()
     block.get_by_role("button", name="Save as").click()
     block.locator("input.saveas-path").fill("srv.sh")
     block.get_by_role("button", name="Save", exact=True).click()
