@@ -9,7 +9,7 @@ import { h, byId, toast, confirmAction, plural } from '/dom.js';
 import { Socket } from '/socket.js';
 import { Conversation } from '/conversation.js';
 import { Composer } from '/composer.js';
-import { Questions } from '/questions.js';
+import { Questions, reachesQuestions } from '/questions.js';
 import { renderProjects, renderSessions, FolderBrowser, WorktreeForm, forgetProject } from '/sidebar.js';
 import { renderTodos, GitPanel, FileTree, ChangesPanel, JobsPanel, ServersPanel } from '/panels.js';
 import { ProvidersDialog, RulesDialog, SettingsDialog } from '/settings.js';
@@ -51,7 +51,9 @@ const conversation = new Conversation(byId('conversation'), {
 const changes = new ChangesPanel();
 const jobs = new JobsPanel();
 const servers = new ServersPanel();
-const questions = new Questions(byId('questions'), { onChange: () => { paintSessions(); paintTitle(); } });
+const questions = new Questions(byId('questions'), {
+  onChange: () => { paintSessions(); paintTitle(); }, drawerOver, announcer: byId('questions-live'),
+});
 const composer = new Composer({ onSend: sendPrompt, onAbort: abort, onNewSession: newSession });
 const tree = new FileTree({
   onPick: (path) => composer.insert(path),
@@ -332,9 +334,8 @@ async function selectSession(chosen) {
   remember();
   paintGit();
   await loadConversation();
-  if (state.session?.id === session.id && state.touches === touches && !questions.focus()) {
-    composer.focus(); // a waiting question first
-  }
+  // The prompt, even when a question waits: the person goes to a question (Alt+Q, Tab, a click).
+  if (state.session?.id === session.id && state.touches === touches) composer.focus();
 }
 
 // The shown session is usually subscribed already while its stored state is read, so events
@@ -847,6 +848,21 @@ function setDrawer(name, open) {
   if (open) setDrawer(other, false);
   document.body.classList.toggle(`show-${name}`, open);
   byId(`toggle-${name}`).setAttribute('aria-expanded', String(open));
+  questions.recheck(); // a question under an open drawer cannot be answered
+}
+
+// The open drawer that lies over this box of the screen, by name (questions under it wait).
+// Only a drawer that floats counts: on a wide screen the columns sit beside the conversation.
+function drawerOver(box) {
+  for (const [name, label] of [['side', 'the Sessions list'], ['panels', 'the panels']]) {
+    const drawer = byId(name);
+    if (!document.body.classList.contains(`show-${name}`) || getComputedStyle(drawer).position !== 'fixed') continue;
+    const over = drawer.getBoundingClientRect();
+    if (over.width && over.left < box.right && over.right > box.left && over.top < box.bottom && over.bottom > box.top) {
+      return label;
+    }
+  }
+  return null;
 }
 byId('toggle-side').addEventListener('click', () => setDrawer('side', !document.body.classList.contains('show-side')));
 byId('toggle-panels').addEventListener('click', () => {
@@ -861,6 +877,18 @@ byId('side').addEventListener('click', (event) => {
 // -- keyboard and buttons --------------------------------------------------------------------
 
 for (const type of ['pointerdown', 'keydown']) document.addEventListener(type, () => { state.touches += 1; }, true);
+
+// Alt+Q moves the keyboard to the question that waits (the next one from a question), closing
+// the drawers (one may lie over it). Caught before the page's fields and the terminal (whose shell would read
+// Meta-q), and only while a question is on screen: otherwise the key is theirs.
+document.addEventListener('keydown', (event) => {
+  if (!reachesQuestions(event) || document.querySelector('dialog[open]') || !byId('questions').querySelector('.ask')) return;
+  event.preventDefault();
+  event.stopPropagation();
+  setDrawer('side', false);
+  setDrawer('panels', false);
+  questions.enter();
+}, true);
 
 document.addEventListener('keydown', (event) => {
   const drawer = document.body.classList.contains('show-side') ? 'side' : document.body.classList.contains('show-panels') ? 'panels' : null;

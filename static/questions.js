@@ -3,16 +3,48 @@
 // Every session of the open project is subscribed, so a question arrives wherever it waits; the
 // ones of the session on screen are shown as cards above the prompt, the others as a mark in
 // the session list (onChange tells the page to repaint it).
+//
+// An answer is only ever a deliberate act of the person. A question never takes the focus by
+// itself: a person typing in the prompt, a pattern field or the terminal would answer it with
+// the next letter (the "n" of "notes" rejects, a "y" or Enter allows). It is announced and marked
+// instead, and the keyboard reaches it with Alt+Q (a chord, never typed as text), Tab or a click.
+// Its keys act only while the card itself (or one of its choices) has the focus; "always" is a
+// button and a confirmation, never a key; and a card that cannot be seen (under a drawer of a
+// narrow screen, scrolled away) has its buttons disabled until it is in view.
 import { api } from '/api.js';
-import { h, reveal, showValue, toast } from '/dom.js';
+import { h, reveal, showValue, toast, confirmAction } from '/dom.js';
 import { renderFileDiff } from '/diff.js';
 
+export const REACH_KEY = 'Alt+Q';
+const SHOWN_SHARE = 0.95; // of a card's buttons row inside the screen, for the card to count as seen
+
+// The chord that moves the keyboard to the questions. Alt+Q on any layout (event.code is the key's
+// place, for a Mac's Option+Q that types "œ"); never with Ctrl or Meta (the browser's own keys).
+export function reachesQuestions(event) {
+  return event.altKey && !event.ctrlKey && !event.metaKey
+    && (event.code === 'KeyQ' || event.key === 'q' || event.key === 'Q');
+}
+
 export class Questions {
-  constructor(root, { onChange }) {
+  // drawerOver(box): the name of an open drawer that lies over this box of the screen, or null.
+  // announcer: a live region that reads a new question out.
+  constructor(root, { onChange, drawerOver = () => null, announcer = null }) {
     this.root = root;
     this.onChange = onChange;
+    this.drawerOver = drawerOver;
+    this.announcer = announcer;
     this.waiting = new Map(); // sessionid -> Map(id -> card element)
     this.current = null;
+    this.seen = new WeakMap(); // card -> whether its buttons row is in view (IntersectionObserver)
+    this.returnTo = null; // where the focus was before it came to the questions
+    this.observer = new IntersectionObserver((entries) => this.sight(entries), { threshold: [0, SHOWN_SHARE, 1] });
+    root.addEventListener('focusin', (event) => {
+      const from = event.relatedTarget;
+      // Not from a dialog: the one of "always" hands the focus back to its button when it closes.
+      if (!root.contains(from) && !from?.closest('dialog')) this.returnTo = from;
+      event.target.closest('.ask')?.classList.remove('unvisited');
+    });
+    window.addEventListener('resize', () => this.recheck()); // a drawer may start or stop covering
   }
 
   count(sessionid) {
@@ -38,31 +70,53 @@ export class Questions {
     this.waiting.set(sessionid, cards);
     if (cards.has(id)) return; // sent again on subscribe
     const card = build();
+    card.classList.add('unvisited'); // marked until the person goes to it
     cards.set(id, card);
     this.changed(sessionid);
-    // A new question on screen takes the focus, so that its keys answer it (not in a dialog).
-    if (sessionid === this.current && card.isConnected && !document.querySelector('dialog[open]')) {
-      card.focus({ preventScroll: true });
+    // Shown and read out, never focused: the focus stays where the person is typing.
+    if (sessionid === this.current && card.isConnected) {
       card.scrollIntoView({ block: 'nearest' });
+      this.announce(`${card.dataset.announce ?? card.getAttribute('aria-label')} ${REACH_KEY} moves to it.`);
     }
   }
 
-  // The first card on screen takes the focus (when a session with a waiting question is opened).
-  focus() {
-    const card = this.root.querySelector('.ask');
-    if (card && !document.querySelector('dialog[open]')) card.focus({ preventScroll: true });
-    return !!card;
+  announce(text) {
+    if (!this.announcer) return;
+    // The same words twice are read again only if the region's text changes.
+    this.announcer.textContent = this.announcer.textContent === text ? `${text}\u00a0` : text;
+  }
+
+  // The person asked for the questions (Alt+Q): the next card on screen takes the focus.
+  enter() {
+    const cards = [...this.root.querySelectorAll('.ask')];
+    if (!cards.length) return false;
+    const at = cards.findIndex((card) => card.contains(document.activeElement));
+    const card = cards[(at + 1) % cards.length];
+    card.scrollIntoView({ block: 'nearest' });
+    card.focus({ preventScroll: true });
+    return true;
   }
 
   remove(sessionid, id) {
     const cards = this.waiting.get(sessionid);
-    if (!cards?.delete(id)) return;
+    const card = cards?.get(id);
+    if (!card) return;
+    const hadFocus = card.contains(document.activeElement) || card.dataset.focused === 'true';
+    cards.delete(id);
+    this.drop(card);
     if (!cards.size) this.waiting.delete(sessionid);
     this.changed(sessionid);
+    // Answered from the keyboard or a click: the keyboard goes back where the person was.
+    if (hadFocus && this.returnTo?.isConnected && !this.root.contains(this.returnTo)) {
+      this.returnTo.focus({ preventScroll: true });
+    }
   }
 
   // Forget what waits (in one session, or everywhere before subscribing again).
   forget(sessionid) {
+    for (const [id, cards] of this.waiting) {
+      if (sessionid === undefined || id === sessionid) for (const card of cards.values()) this.drop(card);
+    }
     if (sessionid === undefined) this.waiting.clear();
     else this.waiting.delete(sessionid);
     this.changed(sessionid);
@@ -71,8 +125,10 @@ export class Questions {
   show(sessionid) {
     this.current = sessionid;
     const cards = [...(this.waiting.get(sessionid)?.values() ?? [])];
+    const arriving = cards.filter((card) => !card.isConnected);
     this.root.replaceChildren(...cards);
     this.root.hidden = !cards.length;
+    for (const card of arriving) this.watch(card);
   }
 
   changed(sessionid) {
@@ -80,14 +136,80 @@ export class Questions {
     this.onChange();
   }
 
+  // -- whether a card can be seen, hence answered -------------------------------------------
+
+  // A card put on screen counts as unseen until the observer has looked at it.
+  watch(card) {
+    const row = card.querySelector('.actions');
+    this.seen.set(card, false);
+    this.observer.unobserve(row);
+    this.observer.observe(row); // always reports once, at once
+    this.paint(card);
+  }
+
+  drop(card) {
+    this.observer.unobserve(card.querySelector('.actions'));
+    this.seen.delete(card);
+  }
+
+  sight(entries) {
+    for (const entry of entries) {
+      const card = entry.target.closest('.ask');
+      if (!card || !this.seen.has(card)) continue;
+      this.seen.set(card, entry.isIntersecting && entry.intersectionRatio >= SHOWN_SHARE);
+      this.paint(card);
+    }
+  }
+
+  // A drawer opened or closed, or the window changed size: which cards are covered now.
+  recheck() {
+    for (const card of this.root.querySelectorAll('.ask')) this.paint(card);
+  }
+
+  // Why the card cannot be answered now, in words ('' when it can).
+  hiddenReason(card) {
+    if (!card.isConnected || !this.seen.has(card)) return 'This question is not on screen.';
+    const drawer = this.drawerOver(card.getBoundingClientRect());
+    if (drawer) return `This question is under ${drawer}: close it to answer.`;
+    if (!this.seen.get(card)) return 'This question is not wholly in view: scroll to it to answer.';
+    return '';
+  }
+
+  // The buttons work only while the card is seen and no answer of it is under way; the fields
+  // only wait for an answer under way (disabling a field would take it from a person typing).
+  paint(card) {
+    const busy = card.dataset.busy === 'true';
+    const reason = busy ? '' : this.hiddenReason(card);
+    const why = card.querySelector('.ask-why');
+    why.textContent = reason;
+    card.classList.toggle('unseen', !!reason);
+    for (const button of card.querySelectorAll('button')) {
+      button.disabled = busy || !!reason;
+      if (reason) {
+        button.title = reason;
+        button.setAttribute('aria-describedby', why.id);
+      } else {
+        button.removeAttribute('title');
+        button.removeAttribute('aria-describedby');
+      }
+    }
+    for (const input of card.querySelectorAll('input')) input.disabled = busy;
+  }
+
   async answer(card, name, id, body) {
-    for (const control of card.querySelectorAll('button, input')) control.disabled = true;
+    if (card.dataset.busy === 'true' || this.hiddenReason(card)) return; // its buttons say why
+    card.dataset.focused = String(card.contains(document.activeElement)); // before disabling drops it
+    card.dataset.busy = 'true';
+    this.paint(card);
     try {
       await api(name, { id, body });
       this.remove(card.dataset.session, id);
     } catch (error) {
       if (error.status === 404) this.remove(card.dataset.session, id); // answered elsewhere, or the run ended
-      else for (const control of card.querySelectorAll('button, input')) control.disabled = false;
+      else {
+        delete card.dataset.busy;
+        this.paint(card);
+      }
       toast(error.message);
     }
   }
@@ -104,7 +226,7 @@ export class Questions {
     const [title, header] = askTitle(data);
     const card = h('section', { className: `ask permission${start ? ' mcp-start' : ''}`, tabIndex: -1,
       dataset: { session: data.sessionid ?? '', id: data.id, tool: data.tool },
-      'aria-label': `Permission question: ${title}?`, 'aria-keyshortcuts': 'Enter Y A N Escape' },
+      'aria-label': `Permission question: ${title}?`, 'aria-keyshortcuts': 'Enter Y N Escape' },
       h('header', null, header, '?'),
       description ? h('p', { className: 'ask-description' }, reveal(description)) : null,
       data.reason ? h('p', { className: 'ask-reason' }, reveal(data.reason)) : null,
@@ -116,23 +238,25 @@ export class Questions {
       h('div', { className: 'actions' },
         h('button', { type: 'button', className: 'primary', dataset: { reply: 'once' }, 'aria-keyshortcuts': 'Enter Y',
           onclick: () => once() }, 'Allow once', key('Enter/Y')),
-        h('button', { type: 'button', dataset: { reply: 'always' }, 'aria-keyshortcuts': 'A', onclick: () => always() },
-          'Always allow', key('A')),
+        // No key: a rule that outlives this question is stored only by this button and its confirmation.
+        h('button', { type: 'button', dataset: { reply: 'always' }, onclick: () => always() }, 'Always allow…'),
         h('button', { type: 'button', className: 'danger', dataset: { reply: 'reject' }, 'aria-keyshortcuts': 'N Escape',
-          onclick: () => reject() }, 'Reject', key('N/Esc'))));
+          onclick: () => reject() }, 'Reject', key('N/Esc'))),
+      keysHint('Y or Enter allows once, N or Escape rejects; Always allow has no key'),
+      whyElement(data.id));
     const once = () => this.answer(card, 'permissions_reply', data.id, { reply: 'once' });
     const reject = () => this.answer(card, 'permissions_reply', data.id, { reply: 'reject' });
-    const always = () => {
+    const always = async () => {
+      if (this.hiddenReason(card)) return;
       const patterns = groups.map((choices) => choices.chosen());
       if (patterns.some((pattern) => !pattern)) { toast('Choose or type a pattern to always allow'); return; }
-      this.answer(card, 'permissions_reply', data.id, { reply: 'always', patterns });
+      if (await confirmAlways(data, patterns)) this.answer(card, 'permissions_reply', data.id, { reply: 'always', patterns });
     };
     onKeys(card, (event) => {
       const k = event.key.length === 1 ? event.key.toLowerCase() : event.key;
       if (k === 'Enter' || k === 'y') return once;
-      if (k === 'a') return always;
       if (k === 'n' || k === 'Escape') return reject;
-      return null;
+      return null; // "a" is a letter like any other: "always" is never one key
     });
     return card;
   }
@@ -160,7 +284,8 @@ export class Questions {
     const other = h('input', { type: 'text', placeholder: 'Your answer', 'aria-label': 'Your answer' });
     const options = data.options || [];
     const pick = (option) => () => this.answer(card, 'questions_reply', data.id, { answer: option });
-    const card = h('section', { className: 'ask question', tabIndex: -1, dataset: { session: data.sessionid ?? '', id: data.id },
+    const card = h('section', { className: 'ask question', tabIndex: -1,
+      dataset: { session: data.sessionid ?? '', id: data.id, announce: `Question: ${data.text}` },
       'aria-label': 'Question', 'aria-keyshortcuts': options.length ? `1-${Math.min(options.length, 9)}` : null },
       h('header', null, h('strong', null, 'Question')),
       h('p', { className: 'ask-text' }, data.text),
@@ -170,7 +295,9 @@ export class Questions {
       h('form', { className: 'other', onsubmit: (event) => {
         event.preventDefault();
         if (other.value.trim()) this.answer(card, 'questions_reply', data.id, { answer: other.value.trim() });
-      } }, other, h('button', { type: 'submit' }, 'Answer')));
+      } }, other, h('button', { type: 'submit' }, 'Answer')),
+      keysHint(options.length ? 'a digit picks an option' : ''),
+      whyElement(data.id));
     onKeys(card, (event) => {
       const digit = /^[1-9]$/.test(event.key) ? Number(event.key) : 0;
       return digit && digit <= options.length ? pick(options[digit - 1]) : null;
@@ -184,19 +311,47 @@ function key(text) {
   return h('kbd', { 'aria-hidden': 'true' }, text);
 }
 
+// How the keyboard gets to a card and what its keys do there: the person goes to the question,
+// it never comes to them.
+function keysHint(keys) {
+  return h('p', { className: 'keys-hint' }, h('kbd', null, REACH_KEY), ' moves the keyboard here',
+    keys ? `; then ${keys}.` : '.');
+}
+
+// Read as the buttons' description while they are disabled because the card cannot be seen.
+function whyElement(id) {
+  return h('p', { className: 'ask-why sr-only', id: `ask-why-${id}` });
+}
+
+// "Always" stores a rule that answers every later question like this one: the page's dialog
+// shows exactly what it stores, and only its own button (Enter alone presses Cancel) stores it.
+function confirmAlways(data, patterns) {
+  const start = data.tool === 'mcp-start';
+  return confirmAction({
+    title: 'Always allow?',
+    question: start
+      ? 'Store a rule of this project: this exact definition of the server starts without asking from now on (a change to it asks again).'
+      : `Store a rule of this project: from now on ${data.tool} runs without asking when it matches ${patterns.length > 1 ? 'these patterns' : 'this pattern'}.`,
+    details: patterns.map((pattern) => h('code', { className: 'always-pattern' }, reveal(pattern))),
+    action: 'Always allow',
+  });
+}
+
 // The card's keys answer it while the focus is on the card itself or one of its choices (never
 // while typing a pattern or an answer, nor Enter on one of its buttons, which presses that one).
+// The focus gets there only by the person's act (a question never takes it), a held key's
+// repeats are no answer, and neither is a key while its buttons are disabled (not seen, or busy).
 function onKeys(card, action) {
   card.addEventListener('keydown', (event) => {
-    if (event.ctrlKey || event.metaKey || event.altKey || event.isComposing) return;
+    if (event.ctrlKey || event.metaKey || event.altKey || event.isComposing || event.repeat) return;
     const target = event.target;
     const onCard = target === card || (target.matches?.('input[type=radio]') ?? false);
-    if (!onCard || card.querySelector('button:disabled')) return;
+    if (!onCard) return;
     const answer = action(event);
     if (!answer) return;
     event.preventDefault();
     event.stopPropagation(); // Escape here rejects the question, it does not stop the run
-    answer();
+    if (!card.querySelector('button:disabled')) answer(); // disabled: not seen, or an answer under way
   });
 }
 
@@ -214,28 +369,50 @@ function askTitle(data) {
   return [`allow ${data.tool}`, ['Allow ', h('strong', { className: 'ask-tool' }, data.tool)]];
 }
 
-// The start of a project MCP server: its file, then the exact command line and the names of
-// the variables it gets, or the URL, the host it goes to and the names of its headers (the
-// values are never sent to the page: they may be keys).
+// The start of a project MCP server: its file, what changed since it was approved (when it was),
+// then the exact command line, each variable with its value (a value that looks like a secret is
+// never sent to the page: the server marks it masked) and a warning on those that make programs
+// load code, and the project files whose content the approval covers, with what it does not
+// cover; or the URL, the host it goes to and the names of its headers (their values may be keys).
 function serverStartView(input) {
   const remote = input.transport && input.transport !== 'stdio';
-  const names = (remote ? input.headers : input.env) ?? [];
-  const nameList = Array.isArray(names) && names.length
-    ? h('ul', { className: 'ask-names' }, names.map((name) => h('li', null, h('code', null, reveal(name)))))
-    : h('span', { className: 'muted' }, ' none');
+  const list = (items, className, item) => (Array.isArray(items) && items.length
+    ? h('ul', { className: `ask-names ${className}` }, items.map(item)) : null);
+  const none = () => h('span', { className: 'muted' }, ' none');
+  const line = (text) => h('li', null, reveal(String(text)));
+  const code = (text) => h('li', null, h('code', null, reveal(String(text))));
+  const changed = list(input.changed, 'ask-changed', line);
+  const variables = Array.isArray(input.variables) ? input.variables
+    : (Array.isArray(input.env) ? input.env : []).map((name) => ({ name, masked: true }));
   return h('div', { className: 'ask-server' },
     h('div', { className: 'ask-folder' }, 'from ', h('code', null, reveal(input.file ?? '?')),
       h('span', { className: 'muted' }, ` · ${input.transport ?? 'stdio'}`)),
+    changed ? [h('div', { className: 'label ask-changed-label' }, 'What changed since it was approved'), changed] : null,
     remote ? [
       h('div', { className: 'label' }, 'URL'),
       h('pre', { className: 'ask-input ask-url' }, reveal(input.url ?? '')),
       h('div', { className: 'ask-host' }, 'It connects to the host ', h('code', null, reveal(input.host || '?'))),
-      h('div', { className: 'label' }, 'Headers it sends (names only)'), nameList,
+      h('div', { className: 'label' }, 'Headers it sends (names only)'), list(input.headers, 'ask-headers', code) ?? none(),
     ] : [
       h('div', { className: 'label' }, 'Command line'),
       h('pre', { className: 'ask-input ask-command' }, `$ ${reveal(input.command ?? '')}`),
-      h('div', { className: 'label' }, 'Variables it gets (names only)'), nameList,
+      h('div', { className: 'label' }, 'Variables it gets'), list(variables, 'ask-variables', variableItem) ?? none(),
+      h('div', { className: 'label' }, 'Files of the project it runs (the approval covers their content)'),
+      list(input.files, 'ask-files', code) ?? none(),
+      list(input.left_out, 'ask-left-out', line),
     ]);
+}
+
+// One variable of a server's start: `NAME = value`, or its value hidden; a variable that makes
+// programs load code carries a warning with the reason.
+function variableItem(variable) {
+  const name = String(variable?.name ?? '');
+  const shown = variable?.masked || typeof variable?.value !== 'string'
+    ? h('span', { className: 'ask-masked' }, 'hidden: it looks like a secret')
+    : h('code', { className: 'ask-value' }, reveal(variable.value));
+  return h('li', { className: variable?.loads ? 'ask-loads' : null, dataset: { name } },
+    h('code', { className: 'ask-name' }, reveal(name)), ' = ', shown,
+    variable?.loads ? h('div', { className: 'ask-flag' }, '⚠ loads code: ', reveal(String(variable.loads))) : null);
 }
 
 // A file tool's call shows what it would change (write, edit, patch: the preview), its raw

@@ -1,7 +1,8 @@
 // "Save as" on the code blocks of an answer: the person names a file of the project and the
 // block's text is written there (Sessions|saveas). An existing file is replaced only after the
-// person confirms it; a refusal (outside the project, .git, a secret file) is shown with the
-// server's reason. The text saved is the block's own text, as shown, with its last line ended.
+// person confirms it (for a file that an approved MCP server runs, the confirmation says so); a
+// refusal (outside the project, .git, a secret file) is shown with the server's reason. The text
+// saved is the block's own text, as shown, with its last line ended.
 //
 // An answer whose code was checked and found to need review (its `validation` part) is not saved
 // as it is: with an error (`blocking`, or a part that does not say) Save as only says why, and
@@ -116,7 +117,11 @@ function saveForm(block, { sessionid, messageid, warnings = [] }) {
       setTimeout(() => form.remove(), DONE_MS);
     } catch (error) {
       setBusy(false);
-      if (error.status === 409 && !replace) confirmReplace(message, path, () => save(true), () => input.focus());
+      if (error.status === 409 && !replace) {
+        // A file that an approved MCP server runs: the server says so, and the confirmation shows it.
+        const pinned = error.problems?.find((problem) => problem.name === 'pinned')?.error;
+        confirmReplace(message, path, () => save(true), () => input.focus(), pinned);
+      }
       else showError(message, error.message);
     }
   };
@@ -157,10 +162,11 @@ function confirmWarnings(message, warnings, onSave, onCancel) {
     h('button', { type: 'button', className: 'small', onclick: answered(onCancel) }, 'Not now'));
 }
 
-function confirmReplace(message, path, onReplace, onCancel) {
+function confirmReplace(message, path, onReplace, onCancel, pinned) {
   message.className = 'saveas-message saveas-confirm';
   message.setAttribute('role', 'alert');
   message.replaceChildren(
+    pinned ? h('span', { className: 'saveas-pinned' }, `${pinned}.`) : null,
     h('span', null, `${path} exists. Replace?`),
     h('button', { type: 'button', className: 'small danger', onclick: () => { message.replaceChildren(); onReplace(); } },
       'Replace'),

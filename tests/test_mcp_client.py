@@ -1,6 +1,7 @@
 """Project MCP servers as tools, against real servers built on the official SDK (FastMCP) over
 stdio, Streamable HTTP (SSE and JSON answers) and the older HTTP+SSE transport: asked before each
-start (pinned to the definition's hash) and before each call, never started in Plan mode or a
+start (pinned to the definition's hash and the project files it runs: tests/test_mcp_pins.py) and
+before each call, never started in Plan mode or a
 scheduled run, stopped with their session; results scrubbed and marked as data; what a server
 says about its tools cleaned and inert."""
 
@@ -90,21 +91,26 @@ class McpClientCase(LoopCase):
 
 class StdioServerTest(McpClientCase):
     async def test_start_asks_then_a_call_asks_and_its_result_arrives_as_data(self):
-        """The start question shows the exact command line and the variable names (not their
-        values); each call asks under `mcp` with the subject server/tool; the result reaches the
+        """The start question shows the exact command line and the variables with their values
+        (a secret-looking one masked), and says that the server's file outside the project is
+        not covered; each call asks under `mcp` with the subject server/tool; the result reaches the
         model inside the untrusted envelope; the server runs in the project folder with the
         minimal environment and the variables its definition names; the start is shown in the
         conversation but never sent to the model."""
         os.environ["TOTEM_TEST_PRIVATE"] = "not-for-children"
         self.addCleanup(os.environ.pop, "TOTEM_TEST_PRIVATE", None)
-        self.define({"notes": stdio_definition(GREETING="hello-value")})
+        self.define({"notes": stdio_definition(GREETING="hello-value", API_TOKEN="token-never-shown")})
         self.model.script(reply(tool_calls=[("mcp__notes__echo", {"text": "hi"})]),
                           reply(tool_calls=[("mcp__notes__where", {})]), reply("done"))
         await self.prompt("use the server")
         start = await self.answer("mcp-start")
         self.assertEqual(start["input"]["command"], f"{sys.executable} {SERVER} stdio")
-        self.assertEqual(start["input"]["env"], ["GREETING"])
-        self.assertNotIn("hello-value", json.dumps(start))
+        self.assertEqual(start["input"]["env"], ["API_TOKEN", "GREETING"])
+        self.assertEqual(start["input"]["variables"], [{"name": "API_TOKEN", "masked": True},
+                                                       {"name": "GREETING", "value": "hello-value"}])
+        self.assertNotIn("token-never-shown", json.dumps(start))
+        self.assertEqual(start["input"]["files"], [])
+        self.assertEqual(start["input"]["left_out"], [f"{SERVER} is outside the project: its content is not covered"])
         self.assertEqual(start["patterns"], [await self._subject()])
         first_call = await self.answer("mcp")
         self.assertEqual(first_call["input"], {"server": "notes", "tool": "echo", "arguments": {"text": "hi"}})
@@ -155,6 +161,7 @@ class StdioServerTest(McpClientCase):
         await self.prompt("once more")
         again = await self.answer("mcp-start", "reject")
         self.assertEqual(again["input"]["env"], ["EXTRA"])
+        self.assertEqual(again["input"]["changed"], ["the variable EXTRA was added"])
         await self.idle()
         wait_until_gone(lambda: os.kill(old_pid, 0), "the server of the old definition")
         self.assertEqual((await self.servers(self.session["id"]))["servers"][0]["state"], "refused")
@@ -221,7 +228,10 @@ class StdioServerTest(McpClientCase):
         self.model.script(reply(tool_calls=[("mcp__notes__notes", {"topic": "x"})]),
                           reply(tool_calls=[("mcp__notes__leak", {})]), reply("ok"))
         await self.prompt("read the notes")
-        await self.answer("mcp-start")
+        start = await self.answer("mcp-start")
+        # A value that holds a configured key is masked, whatever the variable's name.
+        self.assertEqual(start["input"]["variables"], [{"name": "LEAK_VALUE", "masked": True}])
+        self.assertNotIn(KEY, json.dumps(await self.servers()))
         await self.answer("mcp")
         await self.answer("mcp")
         await self.idle()
@@ -384,12 +394,20 @@ def test_definitions_refuse_what_a_project_file_should_not_do():
     assert parse_definitions([], "f")[1][0].error.startswith("the file must hold")
 
 
-def test_the_digest_follows_every_part_of_a_definition():
+def test_the_digest_follows_every_part_of_a_definition_and_its_files():
+    """The pin changes with each part of the definition and with each file's path or content;
+    the definition's own digest does not follow the files."""
     base = {"command": "x", "args": ["a"], "env": {"K": "v"}}
     variants = [base, base | {"args": ["b"]}, base | {"env": {"K": "w"}}, base | {"command": "y"},
                 {"type": "http", "url": "http://h/mcp"}, {"type": "http", "url": "http://h/mcp", "headers": {"A": "1"}}]
-    digests = {parse_definitions({"mcpServers": {"s": v}}, "f")[0][0].digest for v in variants}
-    assert len(digests) == len(variants)
+    definitions = [parse_definitions({"mcpServers": {"s": v}}, "f")[0][0] for v in variants]
+    first = definitions[0]
+    pinned = [first.pinned((("srv.sh", "1" * 64),)), first.pinned((("srv.sh", "2" * 64),)),
+              first.pinned((("other.sh", "1" * 64),)), first.pinned((("a.sh", "1" * 64), ("srv.sh", "1" * 64)))]
+    digests = {definition.digest for definition in definitions + pinned}
+    assert len(digests) == len(variants) + len(pinned)
+    assert {definition.definition_digest for definition in pinned} == {first.definition_digest}
+    assert first.pinned((("b", "2"), ("a", "1"))).digest == first.pinned((("a", "1"), ("b", "2"))).digest
 
 
 def test_clean_text_removes_control_and_invisible_characters():

@@ -2,7 +2,9 @@
 
 Owns what each means, whoever calls it (the REST API; the MCP route's Sessions_diff later): the
 checks (nothing is undone while the session runs; Save as stays inside the project, never in
-`.git` or a protected secret file, and replaces a file only when told to), the restore through
+`.git` or a protected secret file, and replaces a file only when told to; for a file that a
+project MCP server approved to start without asking runs, the refusal without `replace` says
+so), the restore through
 `snapshots.py`, the writes (messages taken back, the redo), and the events after them
 (`diff.updated`, `session.updated`).
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from collections.abc import Awaitable, Callable
 
 from . import boundary
 from .errors import BadRequest, Conflict, NotFound
@@ -34,12 +37,15 @@ MAX_SAVE_BYTES = file_io.MAX_WRITE_BYTES
 class Changes:
     """What the agent changed in the files of a session, and taking it back."""
 
-    def __init__(self, store: Store, hub, snapshots: Snapshots, runs, jobs=None):
+    def __init__(self, store: Store, hub, snapshots: Snapshots, runs, jobs=None,
+                 pinned: Callable[[str, str], Awaitable[dict[str, str]]] | None = None):
         self.store = store
         self.hub = hub
         self.snapshots = snapshots
         self.runs = runs  # agent.loop.Runs: whether a session runs, its waiting questions
         self.jobs = jobs  # jobs.Jobs: a job still running may change files after the undo
+        # (projectid, root) -> {path: server}: the files that approved MCP servers run (the gate's)
+        self.pinned = pinned
 
     async def _session(self, sessionid: str) -> tuple[SessionRow, str, str]:
         """The session, its project id and the folder it works in. Raises NotFound."""
@@ -161,7 +167,8 @@ class Changes:
         """The person saves a code block of a message as a file: `{path, created, bytes}`. The
         old content is kept, for Undo of that message. Raises NotFound, BadRequest (a message
         taken back by an undo; outside, .git, a secret file, a folder, too big), Conflict (the
-        file exists and `replace` is not set)."""
+        file exists and `replace` is not set; for a file an approved MCP server runs, a second
+        problem named `pinned` says so)."""
         _session, projectid, root = await self._session(sessionid)
         if messageid not in await self.store.message_ids(sessionid):
             raise NotFound(("messageid", f"no message {messageid} in this session"))
@@ -180,7 +187,12 @@ class Changes:
             raise BadRequest(("text", f"is {len(data)} bytes, over the limit of {MAX_SAVE_BYTES}"))
         exists = os.path.lexists(absolute)
         if exists and not replace:
-            raise Conflict(("replace", f"{relative} exists; confirm with replace: true to replace it"))
+            server = (await self.pinned(projectid, root)).get(relative) if self.pinned is not None else None
+            problems = [("replace", f"{relative} exists; confirm with replace: true to replace it")]
+            if server is not None:
+                problems.append(("pinned", f"{relative} is run by the MCP server {server}, approved to start "
+                                           "without asking; a change would run without a question"))
+            raise Conflict(problems)
         priors = await asyncio.to_thread(self.snapshots.keep_before, projectid, root, [relative])
         try:
             await asyncio.to_thread(_write, root, absolute, data, relative)

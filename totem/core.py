@@ -66,10 +66,12 @@ class Core:
         projects = Projects(store, sessions, self.snapshots, config.data)
         self.services = Services(sessions=sessions, projects=projects,
                                  providers=provider_service,
-                                 changes=Changes(store, hub, self.snapshots, self.runs, self.jobs),
+                                 changes=Changes(store, hub, self.snapshots, self.runs, self.jobs,
+                                                 pinned=self.runs.gate.pinned_files),
                                  schedules=Schedules(store, hub, sessions, self.providers),
                                  settings=settings,
-                                 servers=ProjectServersService(store, self.mcp_clients, forge_mcp))
+                                 servers=ProjectServersService(store, self.mcp_clients, forge_mcp,
+                                                               provider_service.scrubber))
         # POST /$mcp/, only when config.ini says mcp = true.
         self.mcp = None
         if config.mcp:

@@ -18,10 +18,14 @@ The order of a decision (DESIGN.md, "Permission decision"):
    .env file asks (file path, or any argument of a command); so does a command whose arguments
    lead outside the project (absolute, `~`, `..`, or refused by `Call.inside`).
 4. Auto-accept turns ask into allow for the kinds that `edits` (write, edit, patch), never for a
-   protected file; then a
-   scheduled run turns any remaining ask into deny (no person is there to answer).
+   protected file.
+5. An edit to a file that a project MCP server approved to start without asking runs (a file
+   of its pin, `Call.pinned`) asks, whatever a rule or auto-accept says: the change would run at
+   the server's next start without a question. No rule can allow it ("always" stores nothing).
+6. A scheduled run turns any remaining ask into deny (no person is there to answer).
 
-Must not: read files, resolve paths (the caller passes `outside` and `inside`), ask the person.
+Must not: read files, resolve paths (the caller passes `outside`, `inside` and `pinned`), ask the
+person.
 """
 
 from __future__ import annotations
@@ -141,6 +145,8 @@ class Call:
     # bash: the repository names programs (filter drivers, aliases, includes) that git would run,
     # so the default `git status` safe forms do not apply and no wildcard rule allows git.
     git_programs: bool = False
+    # edits: the subjects that are files an approved project MCP server runs -> that server's name
+    pinned: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 def _default(tool: str, pattern: str, action: str, name: str | None = None) -> Rule:
@@ -212,9 +218,20 @@ def decide(call: Call, rules: Sequence[Rule]) -> Decision:
             and not any(_is_env(subject) for subject in subjects)):
         decision = Decision("allow", "allowed by auto-accept edits for this session",
                             subject=decision.subject)
+    pinned = next((subject for subject in subjects if subject in call.pinned), None) if kind.edits else None
+    if pinned is not None and decision.action != "deny":
+        decision = Decision("ask", pinned_reason(pinned, call.pinned[pinned]), subject=pinned)
     if decision.action == "ask" and call.scheduled:
-        decision = Decision("deny", SCHEDULED_REASON, subject=decision.subject)
+        reason = f"{decision.reason}; {SCHEDULED_REASON}" if pinned is not None else SCHEDULED_REASON
+        decision = Decision("deny", reason, subject=decision.subject)
     return decision
+
+
+def pinned_reason(path: str, server: str) -> str:
+    """Why an edit of a file that an approved MCP server runs asks, even under auto-accept or an
+    allow rule."""
+    return (f"approval required: {path} is run by the MCP server {server}, approved to start without "
+            "asking; a change would run without a question (asked even under auto-accept or an allow rule)")
 
 
 def matches(kind: ToolKind, pattern: str, subject: str) -> bool:

@@ -10,19 +10,23 @@ Must not: start or stop servers (the agent's runs do, after asking), or decide a
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from .boundary import real_root, session_root
 from .errors import NotFound
 from .mcp.definitions import ServerDefinition, offered_servers
 from .mcp.servers import McpServers
 from .store import Store
+from .vault import Scrubber
 
 
 class ProjectServersService:
-    def __init__(self, store: Store, servers: McpServers, forge: ServerDefinition | None = None):
+    def __init__(self, store: Store, servers: McpServers, forge: ServerDefinition | None = None,
+                 scrubber: Callable[[], Scrubber] = Scrubber.empty):
         self.store = store
         self.servers = servers
         self.forge = forge  # Forge's MCP server (forgemcp), offered to Total.js projects
+        self.scrubber = scrubber  # () -> the current vault.Scrubber: a variable holding a key is masked
 
     async def list(self, projectid: str, sessionid: str | None = None) -> dict:
         """`{servers: [...], invalid: [{file, error, server?}]}`. Raises NotFound for an unknown
@@ -37,5 +41,7 @@ class ProjectServersService:
                 raise NotFound(("sessionid", f"no session {sessionid} in this project"))
             root = session_root(session, project)
         definitions, problems = await asyncio.to_thread(offered_servers, root, self.forge)
-        return {"servers": self.servers.states(sessionid, definitions),
+        scrubber = self.scrubber()
+        return {"servers": self.servers.states(sessionid, definitions,
+                                               hidden=lambda value: scrubber.scrub(value) != value),
                 "invalid": [problem.view() for problem in problems]}

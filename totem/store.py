@@ -48,6 +48,7 @@ PAGE_BYTES = 2048
 # A piece's id is its part's number shifted by this many bits, plus its place in the part.
 PIECE_BITS = 20
 MAX_PIECES = (1 << PIECE_BITS) - 1
+MAX_SERVER_PINS = 16  # approvals of one project MCP server whose manifest is kept
 
 # Each entry moves the schema one version up; never edit one that has shipped.
 MIGRATIONS = (
@@ -237,6 +238,20 @@ MIGRATIONS = (
         name TEXT NOT NULL,
         created INTEGER NOT NULL
     );
+    """,
+    # 10: what an "always" approval of a project MCP server covered (its pin's manifest), to say
+    # what changed when the pin no longer matches.
+    """
+    CREATE TABLE server_pins (
+        id TEXT PRIMARY KEY,
+        projectid TEXT NOT NULL REFERENCES projects(id) ON DELETE CASCADE,
+        server TEXT NOT NULL,
+        digest TEXT NOT NULL,
+        manifest TEXT NOT NULL,
+        created INTEGER NOT NULL
+    );
+    CREATE UNIQUE INDEX server_pins_by_digest ON server_pins(projectid, digest);
+    CREATE INDEX server_pins_by_server ON server_pins(projectid, server, id);
     """,
 )
 
@@ -804,6 +819,34 @@ class Store:
 
     async def remove_rule(self, ruleid: str) -> bool:
         return await self.write(lambda c: c.execute("DELETE FROM rules WHERE id = ?", (ruleid,)).rowcount > 0)
+
+    # -- approvals of project MCP servers -------------------------------------------------------
+
+    async def add_server_pin(self, projectid: str, server: str, digest: str, manifest: dict) -> bool:
+        """Keep what an "always" approval of a server covered (the newest MAX_SERVER_PINS of
+        each server of a project); False when the project is gone."""
+        newid = self.ids.new()
+
+        def run(c):
+            if c.execute("SELECT 1 FROM projects WHERE id = ?", (projectid,)).fetchone() is None:
+                return False
+            c.execute("DELETE FROM server_pins WHERE projectid = ? AND digest = ?", (projectid, digest))
+            c.execute("INSERT INTO server_pins (id, projectid, server, digest, manifest, created) "
+                      "VALUES (?, ?, ?, ?, ?, ?)", (newid, projectid, server, digest, json.dumps(manifest), now_ms()))
+            c.execute("DELETE FROM server_pins WHERE projectid = ? AND server = ? AND id NOT IN "
+                      "(SELECT id FROM server_pins WHERE projectid = ? AND server = ? ORDER BY id DESC LIMIT ?)",
+                      (projectid, server, projectid, server, MAX_SERVER_PINS))
+            return True
+        return await self.write(run)
+
+    async def server_pins(self, projectid: str) -> list[dict]:
+        """`[{server, digest, manifest, created}]` of a project's approved servers, newest first."""
+        def run(c):
+            return [{"server": row["server"], "digest": row["digest"], "manifest": json.loads(row["manifest"]),
+                     "created": row["created"]}
+                    for row in c.execute("SELECT * FROM server_pins WHERE projectid = ? ORDER BY id DESC",
+                                         (projectid,))]
+        return await self.read(run)
 
     # -- todos --------------------------------------------------------------------------------
 

@@ -98,7 +98,8 @@ def tab_until(page, selector, limit=40):
 
 def test_attach_and_question_buttons_reached_with_tab(live, page):
     """Attach is a button in the Tab order after the prompt (Enter opens the file picker); the
-    buttons of a permission question and of an ask question are reached with Tab."""
+    buttons of a permission question and of an ask question are reached with Tab once Alt+Q has
+    moved the keyboard to the question."""
     project = live.project("tabbing", {"a.txt": "x\n"})
     session = live.session(project, "Tab")
     open_session(page, project, session)
@@ -114,10 +115,15 @@ def test_attach_and_question_buttons_reached_with_tab(live, page):
                       reply("Done."))
     live.prompt(session, "Go")
     card = page.locator(".ask.permission")
+    expect(card.locator("button[data-reply=once]")).to_be_enabled()
+    expect(page.locator("#attach")).to_be_focused()  # the question did not take the focus
+    page.keyboard.press("Alt+q")
     expect(card).to_be_focused()
     tab_until(page, ".ask.permission button[data-reply=once]")
     page.keyboard.press("Enter")
     question = page.locator(".ask.question")
+    expect(question.locator("button.option").first).to_be_enabled()
+    page.keyboard.press("Alt+q")
     expect(question).to_be_focused()
     tab_until(page, ".ask.question button.option")
     page.keyboard.press("Tab")

@@ -144,9 +144,10 @@ def test_remove_session_and_forget_project_ask_in_a_dialog(live, page):
 
 
 def test_questions_answered_from_the_keyboard_and_signalled_elsewhere(live, page):
-    """A bash question shows command, folder and description and takes the focus; Enter allows
-    once, Escape rejects (without stopping the run), a digit picks an option of the ask tool. A
-    question waiting in another session shows a badge in the list and a count in the title."""
+    """A bash question shows command, folder and description; Alt+Q moves the keyboard to it
+    (it never takes the focus itself), then Enter allows once, Escape rejects (without stopping
+    the run), a digit picks an option of the ask tool. A question waiting in another session
+    shows a badge in the list and a count in the title."""
     project = live.project("keyboard", {"a.txt": "x\n"})
     other = live.session(project, "Other")
     session = live.session(project, "Keys")
@@ -161,13 +162,19 @@ def test_questions_answered_from_the_keyboard_and_signalled_elsewhere(live, page
     expect(card.locator(".ask-description")).to_have_text("Say first")
     expect(card.locator(".ask-folder")).to_contain_text(os.path.realpath(project["path"]))
     expect(card.get_by_role("button", name="Allow once")).to_contain_text("Enter/Y")
-    expect(card.get_by_role("button", name="Always allow")).to_contain_text("A")
+    expect(card.get_by_role("button", name="Always allow").locator("kbd")).to_have_count(0)  # no key
     expect(card.get_by_role("button", name="Reject")).to_contain_text("N/Esc")
+    expect(page.locator("#prompt")).to_be_focused()
+    expect(card.get_by_role("button", name="Allow once")).to_be_enabled()
+    page.keyboard.press("Alt+q")
     expect(card).to_be_focused()
     page.keyboard.press("Enter")
     expect(page.locator(".part.tool.status-done")).to_contain_text("echo first")
 
     second = page.locator(".ask.permission", has_text="echo second")
+    expect(second.get_by_role("button", name="Reject")).to_be_enabled()
+    expect(page.locator("#prompt")).to_be_focused()  # back where it was, not on the next question
+    page.keyboard.press("Alt+q")
     expect(second).to_be_focused()
     page.keyboard.press("Escape")
     expect(page.locator(".part.tool.status-denied")).to_contain_text("echo second")
@@ -175,6 +182,8 @@ def test_questions_answered_from_the_keyboard_and_signalled_elsewhere(live, page
     question = page.locator(".ask.question")
     expect(question).to_contain_text("Tabs or spaces?")
     expect(question.get_by_role("button", name="spaces")).to_contain_text("2")
+    expect(question.get_by_role("button", name="spaces")).to_be_enabled()
+    page.keyboard.press("Alt+q")
     expect(question).to_be_focused()
     page.keyboard.press("2")
     expect(page.locator(".msg.assistant .md").last).to_have_text("Spaces it is.")
@@ -191,7 +200,10 @@ def test_questions_answered_from_the_keyboard_and_signalled_elsewhere(live, page
     expect(page.locator(".ask")).to_have_count(0)
     row.click()
     card = page.locator(".ask.question")
-    expect(card).to_be_focused()  # opening the session focuses its waiting question
+    expect(page.locator("#prompt")).to_be_focused()  # opening the session focuses the prompt, not the question
+    expect(card.get_by_role("button", name="that")).to_be_enabled()
+    page.keyboard.press("Alt+q")
+    expect(card).to_be_focused()
     page.keyboard.press("2")
     expect(page.locator(".msg.assistant .md").last).to_have_text("That.")
     expect(row.locator(".waiting")).to_have_count(0)

@@ -1,11 +1,14 @@
 """Project MCP servers in the browser: the Servers panel (each server's definition and state, the
-files that cannot be used), the question before a server starts (its command line and the names
-of its variables, never their values), the start's line in the conversation, and the question of
-an MCP tool's call; against the real server, the scripted model and a stdio MCP server of the
-standard library (tests/mcp_servers/scripted_server.py, tools `first` and `second.page`)."""
+files that cannot be used), the question before a server starts (its command line, its variables
+with their values, a secret-looking one masked, the variables that load code flagged, the project
+files it runs and what changed since its approval), the start's line in the conversation, the
+question of an MCP tool's call, and Save as of a file an approved server runs; against the real
+server, the scripted model and a stdio MCP server of the standard library
+(tests/mcp_servers/scripted_server.py, tools `first` and `second.page`)."""
 
 import json
 import os
+import shlex
 import sys
 
 import pytest
@@ -67,8 +70,8 @@ def test_servers_panel_lists_definitions_states_and_invalid_files(live, page):
 
 
 def test_start_asked_with_the_command_line_then_running_with_its_tools(live, page):
-    """The start is asked with the exact command line and the variables' names (not their
-    values); once allowed the conversation says "started (2 tools)", an MCP tool's call asks
+    """The start is asked with the exact command line and the variables' values, the secret
+    one masked (its value never reaches the page); once allowed the conversation says "started (2 tools)", an MCP tool's call asks
     with server/tool and its arguments, and the Servers panel shows it running with its tools."""
     project = live.project("servers-started", {".mcp.json": mcp_json(quirky=stdio_server())})
     session = live.session(project, "Started")
@@ -79,9 +82,13 @@ def test_start_asked_with_the_command_line_then_running_with_its_tools(live, pag
     card = page.locator(".ask.permission.mcp-start")
     expect(card.locator("header")).to_have_text("Start the MCP server quirky?")
     expect(card.locator(".ask-command")).to_have_text(f"$ {sys.executable} {SERVER}")
-    expect(card.locator(".ask-names li")).to_have_text(["API_TOKEN", "VERSION"])
+    expect(card.locator(".ask-variables li")).to_have_text(["API_TOKEN = hidden: it looks like a secret",
+                                                            "VERSION = 2025-06-18"])
+    expect(card.locator(".ask-files")).to_have_count(0)
+    expect(card.locator(".ask-left-out li")).to_have_text(
+        [f"{SERVER} is outside the project: its content is not covered"])
     expect(card).to_contain_text(".mcp.json")
-    assert SECRET not in card.inner_text() and "2025-06-18" not in card.inner_text()
+    assert SECRET not in page.content()
     shot(page, "servers-question.png")
     card.get_by_role("button", name="Allow once").click()
 
@@ -150,3 +157,64 @@ def test_question_of_a_remote_server_shows_url_host_and_header_names(live, page)
     assert shown["names"] == ["Authorization", "X-Team"]
     assert shown["bold"] == 0
     assert shown["label"] == "Permission question: start the MCP server tracker?"
+
+
+def test_question_of_a_changed_server_shows_what_changed_values_flags_and_files(live, page):
+    """The question before a start says what changed since the approval, shows each variable's
+    value or that it is hidden, marks a variable that makes programs load code with a warning and
+    its reason, and lists the files the approval covers and what it leaves out; all as text."""
+    page.goto("/login")  # any page of the origin: the module is imported on its own
+    shown = page.evaluate("""async () => {
+        const { Questions } = await import('/questions.js');
+        const questions = new Questions(document.createElement('div'), { onChange() {} });
+        const card = questions.permissionCard({ id: 'q2', tool: 'mcp-start', patterns: ['db@abc'], input: {
+            server: 'db', file: '.mcp.json', transport: 'stdio', command: 'sh srv.sh', env: ['API_KEY', 'MODE', 'NODE_OPTIONS'],
+            variables: [{ name: 'API_KEY', masked: true }, { name: 'MODE', value: '<b>fast</b>' },
+                        { name: 'NODE_OPTIONS', value: '--require ./hook.js', loads: 'Node takes --require from it' }],
+            files: ['lib.sh', 'srv.sh'], left_out: ['/opt/x.sh is outside the project: its content is not covered'],
+            changed: ['srv.sh changed', 'the variable MODE has a new value'] } });
+        const text = (selector) => [...card.querySelectorAll(selector)].map((e) => e.textContent);
+        return { changed: text('.ask-changed li'), variables: text('.ask-variables li'), flagged: text('li.ask-loads .ask-name'),
+                 flag: text('.ask-flag'), masked: text('.ask-masked'), files: text('.ask-files li'),
+                 left: text('.ask-left-out li'), bold: card.querySelectorAll('b').length };
+    }""")
+    assert shown["changed"] == ["srv.sh changed", "the variable MODE has a new value"]
+    assert shown["variables"] == ["API_KEY = hidden: it looks like a secret", "MODE = <b>fast</b>",
+                                  "NODE_OPTIONS = --require ./hook.js⚠ loads code: Node takes --require from it"]
+    assert shown["flagged"] == ["NODE_OPTIONS"]
+    assert shown["flag"] == ["⚠ loads code: Node takes --require from it"]
+    assert shown["masked"] == ["hidden: it looks like a secret"]
+    assert shown["files"] == ["lib.sh", "srv.sh"]
+    assert shown["left"] == ["/opt/x.sh is outside the project: its content is not covered"]
+    assert shown["bold"] == 0
+
+
+def test_save_as_of_a_file_an_approved_server_runs_says_why_before_replacing(live, page):
+    """Save as of srv.sh, which an approved server runs, asks to replace it with the server's
+    reason on the confirmation; confirmed, the file is written."""
+    script = f"exec {shlex.quote(sys.executable)} {shlex.quote(SERVER)}\n"
+    project = live.project("servers-saveas", {"srv.sh": script,
+                                              ".mcp.json": mcp_json(quirky={"command": "sh", "args": ["srv.sh"]})})
+    digest = live.api("projects_mcp", ident=project["id"])["servers"][0]["digest"]
+    live.api("permissions_save", {"projectid": project["id"], "tool": "mcp-start", "pattern": f"quirky@{digest}",
+                                  "action": "allow"})
+    session = live.session(project, "Saving")
+    open_session(page, project, session)
+    live.model.script(reply("Here:\n\n```sh\necho replaced\n```\n"))
+    send(page, "Write a script")
+    block = page.locator(".msg.assistant .codeblock")
+    expect(block.locator("code")).to_have_text("echo replaced")
+    # The answer is drawn once more when its part closes, which would take an open form with it.
+    assert live.wait_run_end(session) == "idle"
+    expect(page.locator(".working")).to_be_hidden()
+    block.get_by_role("button", name="Save as").click()
+    block.locator("input.saveas-path").fill("srv.sh")
+    block.get_by_role("button", name="Save", exact=True).click()
+    confirm = block.locator(".saveas-confirm")
+    expect(confirm.locator(".saveas-pinned")).to_have_text(
+        "srv.sh is run by the MCP server quirky, approved to start without asking; a change would run without a question.")
+    expect(confirm).to_contain_text("srv.sh exists. Replace?")
+    with open(os.path.join(project["path"], "srv.sh")) as handle:
+        assert handle.read() == script
+    confirm.get_by_role("button", name="Replace").click()
+    expect(block.locator(".saveas-done")).to_have_text("Replaced srv.sh (14 bytes)")

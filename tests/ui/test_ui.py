@@ -125,6 +125,8 @@ def test_permission_always_and_denied_tool(live, page, context):
     expect(other.locator(".ask.permission .ask-tool")).to_have_text("read")
     card.locator("input[type=radio][value='.env']").check()
     card.get_by_role("button", name="Always allow").click()
+    expect(page.locator("#confirm-details code")).to_have_text([".env"])  # what it stores, confirmed apart
+    page.locator("#confirm-ok").click()
     expect(card).to_have_count(0)
     expect(other.locator(".ask.permission")).to_have_count(0)
     other.close()
@@ -172,6 +174,8 @@ def test_compound_bash_question_always_per_command(live, page):
     groups.nth(1).locator("input[type=radio][value='echo hi *']").check()
     shot(page, "permission-compound.png")
     card.get_by_role("button", name="Always allow").click()
+    expect(page.locator("#confirm-details code")).to_have_text(["touch made", "echo hi *"])
+    page.locator("#confirm-ok").click()
     hidden = page.locator(".ask.permission")
     expect(hidden.locator(".ask-input")).to_contain_text("<U+202E>abc")
     expect(hidden.locator(".ask-reason")).to_contain_text("U+202E")

@@ -2,7 +2,8 @@
 
 Owns assembling the rules a call is decided under (the project's, the global ones of the
 database and of config.ini; permissions.py adds the defaults), the facts the pure decision needs
-from the disk (does a path argument stay inside, does the repository name programs), asking the
+from the disk (does a path argument stay inside, does the repository name programs, which files
+do the project MCP servers approved to start without asking run: `pinned_files`), asking the
 person when the decision is ask (through `Questions`), and storing what "always" chose, under
 the tool that asked. Every decision becomes an audit record for the tool part. Plan mode and
 unattended runs are refused inside `permissions.decide`, from the facts given here.
@@ -22,6 +23,7 @@ from typing import NotRequired, TypedDict
 
 from ..boundary import BoundaryError, is_protected_env, relative_path, resolve_inside
 from ..git import repository_runs_programs
+from ..mcp.definitions import offered_servers
 from ..permissions import SCHEDULED_REASON, TEXT, Call, Decision, DecisionRow, Rule, ToolKind, decide, suggest_patterns
 from ..shellwords import reveal
 from ..store import Store, now_ms
@@ -91,9 +93,38 @@ class PermissionGate:
         root = asker.root
         git_programs = tool == "bash" and await asyncio.to_thread(repository_runs_programs, root)
         kind = self.kinds().get(tool) or ToolKind(TEXT, changes=True)
+        rules = await self.rules(asker.projectid)
+        pinned: dict[str, str] = {}
+        if kind.edits and not outside and asker.mode == "build":
+            files = await self.pinned_files(asker.projectid, root, rules)
+            pinned = {subject: files[subject] for subject in subjects if subject in files}
         call = Call(tool, subjects, kind, mode=asker.mode, autoaccept=asker.autoaccept, scheduled=asker.scheduled,
-                    outside=outside, inside=lambda path: stays_inside(root, path), git_programs=git_programs)
-        return decide(call, await self.rules(asker.projectid)), call
+                    outside=outside, inside=lambda path: stays_inside(root, path), git_programs=git_programs,
+                    pinned=pinned)
+        return decide(call, rules), call
+
+    async def pinned_files(self, projectid: str, root: str, rules: list[Rule] | None = None) -> dict[str, str]:
+        """The project files (paths relative to `root`, links resolved) that a project MCP server
+        approved to start without asking runs, each with that server's name: the files of the
+        pins that "always" approved (as they were then) and those of every server whose start
+        the rules now allow (as they are now). Nothing is read from the disk unless a rule allows
+        some start. Blocks nothing (file reads in a thread)."""
+        rules = await self.rules(projectid) if rules is None else rules
+        if not any(rule.action == "allow" and rule.tool in (START_TOOL, "*") for rule in rules):
+            return {}
+        approved = {rule.pattern for rule in rules if rule.action == "allow" and rule.tool == START_TOOL}
+        found: dict[str, str] = {}
+        for pin in await self.store.server_pins(projectid):
+            if f"{pin['server']}@{pin['digest']}" in approved:
+                for path in pin["manifest"].get("files") or {}:
+                    found.setdefault(path, pin["server"])
+        definitions, _problems = await asyncio.to_thread(offered_servers, root)
+        kind = self.kinds().get(START_TOOL) or ToolKind(TEXT, changes=True)
+        for definition in definitions:
+            if definition.files and decide(Call(START_TOOL, (definition.subject,), kind), rules).action == "allow":
+                for path, _digest in definition.files:
+                    found.setdefault(path, definition.name)
+        return found
 
     async def question(self, asker: Asker, text: str, options: list[str]) -> str:
         """Ask the person a question (the ask tool, the loop guard); in a scheduled run nobody
@@ -120,7 +151,9 @@ class PermissionGate:
             return record
         if always_ask:
             record["reason"] = f"{subjects[0]}: {always_ask}; asked even under an allow rule"
-        commands = [] if always_ask else asked(decision, call)
+        # A file an approved MCP server runs: no rule can allow its edit, so "always" stores none.
+        unruled = always_ask or decision.subject in call.pinned
+        commands = [] if unruled else asked(decision, call)
         if before_ask is not None:
             await before_ask()
         shown = await preview() if preview is not None else []
@@ -130,13 +163,14 @@ class PermissionGate:
             reason=record["reason"], folder=asker.root, preview=shown)
         record.update({"action": "deny" if reply == "reject" else "allow", "by": "person", "reply": reply,
                        "answered": now_ms()})
-        if reply == "always" and not always_ask:
+        if reply == "always" and not unruled:
             for pattern in chosen:
                 await self.store.add_rule(asker.projectid, tool, pattern, "allow")
             record["saved"] = [{"tool": tool, "pattern": pattern, "action": "allow"} for pattern in chosen]
         return record
 
 
+START_TOOL = "mcp-start"  # the permission of a project MCP server's start
 NOBODY_HERE = "nobody is here: this is a scheduled run, no one can answer; decide yourself or stop"
 
 

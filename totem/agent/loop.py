@@ -119,7 +119,8 @@ class Runs:
         self.subagents = SubAgents(self)
         self.knowledge = TotalJsKnowledge(forge, self.recorder) if forge is not None else None
         self.calls.delegate = self.subagents.delegate
-        self.project_servers = (ProjectServers(mcp, self.gate, self.recorder, store, hub, forge_mcp)
+        self.project_servers = (ProjectServers(mcp, self.gate, self.recorder, store, hub, forge_mcp,
+                                               scrubber or Scrubber.empty)
                                 if mcp is not None else None)
 
     @property

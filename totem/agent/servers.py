@@ -1,14 +1,17 @@
 """A run's project MCP servers: read their definitions, ask before each one starts, and give the
 run its tools.
 
-At the start of a run the project's `.totem/mcp.json` and `.mcp.json` are read again. Each
-server that is not yet running for the session under its exact definition is decided as
-`mcp-start` on the subject `name@<digest>`: an "always" answer stores a rule pinned to that
-digest, so any change to the definition asks again. Plan mode and scheduled runs never start
-one (checked here in code, before any rule: a stored allow must not start a program while
-nobody is there). Each start, refusal, failure and problem of the files is shown in the
-conversation as a part of its own assistant message (`data.servers`), which never enters the
-model's context.
+At the start of a run the project's `.totem/mcp.json` and `.mcp.json` are read again, and each
+`command` server is pinned to the content of the project files it runs (mcp/pins.py). Each
+server that is not yet running for the session under its exact pin is decided as `mcp-start` on
+the subject `name@<digest>`: an "always" answer stores a rule for that digest and keeps the pin's
+manifest (store: server_pins), so any change to the definition or to one of its files asks
+again, and the question says what changed since the approval (or since the start of this session
+that it replaces). What starts is what was decided: the files are pinned again just before the
+start, and a change in between stops it. Plan mode and scheduled runs never start one (checked
+here in code, before any rule: a stored allow must not start a program while nobody is there).
+Each start, refusal, failure and problem of the files is shown in the conversation as a part of
+its own assistant message (`data.servers`), which never enters the model's context.
 
 Must not: run tool calls (calls.py does), talk the MCP protocol (mcp/client.py does), or decide
 permissions (the gate does).
@@ -17,27 +20,34 @@ permissions (the gate does).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from ..events import MessageCreated
 from ..mcp.client import McpError
-from ..mcp.definitions import ServerDefinition, offered_servers
+from ..mcp.definitions import ServerDefinition, offered_servers, pin_definition
+from ..mcp.pins import changes
 from ..mcp.servers import McpServers
 from ..mcp.tools import declared_tools
 from ..store import Store, now_ms
 from ..tools import Registry
-from .gate import Asker, PermissionGate
+from ..vault import Scrubber
+from .gate import START_TOOL, Asker, PermissionGate
 from .recorder import Recorder
 
 SCHEDULED_START = "a scheduled run never starts an MCP server (nobody is here to approve it)"
 PLAN_START = "plan mode never starts an MCP server"
+OLD_PIN = ("approved before Totem pinned the files a server runs: the files below are asked for "
+           "the first time")
+UNKNOWN_PIN = "an earlier version was approved, but what that one ran was not recorded"
 
 
 class ProjectServers:
     """Starts the project MCP servers of runs, through the permission gate."""
 
     def __init__(self, servers: McpServers, gate: PermissionGate, recorder: Recorder, store: Store, hub,
-                 forge: ServerDefinition | None = None):
+                 forge: ServerDefinition | None = None, scrubber: Callable[[], Scrubber] = Scrubber.empty):
         self.servers = servers
+        self.scrubber = scrubber  # () -> the current vault.Scrubber: a variable holding a key is masked
         self.forge = forge  # the MCP server of Forge (forgemcp), offered to Total.js projects
         self.gate = gate
         self.recorder = recorder
@@ -66,7 +76,11 @@ class ProjectServers:
     async def _start(self, asker: Asker, definition: ServerDefinition, notes: _Notes) -> None:
         if self.servers.refused(asker.sessionid, definition):
             return
-        shown = definition.shown()
+        scrubber = self.scrubber()
+        shown = definition.shown(hidden=lambda value: scrubber.scrub(value) != value)
+        changed = await self._changes(asker, definition)
+        if changed:
+            shown["changed"] = changed
         if asker.scheduled or asker.mode != "build":
             reason = SCHEDULED_START if asker.scheduled else PLAN_START
             await notes.add({"tool": "mcp-start", "input": shown, "error": f"Not started: {reason}",
@@ -83,6 +97,17 @@ class ProjectServers:
             part.data["error"] = f"Not started: {reason}"
             await self.recorder.close(part, "denied")
             return
+        if record.get("reply") == "always":
+            await self.store.add_server_pin(asker.projectid, definition.name, definition.digest,
+                                            definition.manifest())
+        # The files may have changed while the start was decided: only what was decided starts.
+        now = await asyncio.to_thread(pin_definition, asker.root, definition)
+        if now.digest != definition.digest:
+            part.data["error"] = ("Not started: what it runs changed while its start was decided ("
+                                  + "; ".join(changes(definition.manifest(), now.manifest()))
+                                  + "); the next run asks again")
+            await self.recorder.close(part, "error")
+            return
         await self.recorder.update(part, "running")
         try:
             running = await self.servers.start(asker.sessionid, asker.root, definition, self.call_timeout_s)
@@ -95,6 +120,26 @@ class ProjectServers:
                           + "".join(f"\nleft out: {line}" for line in running.skipped),
                           "title": f"started {definition.name}", "finished": now_ms()})
         await self.recorder.close(part, "done")
+
+    async def _changes(self, asker: Asker, definition: ServerDefinition) -> list[str]:
+        """What changed since the approval of this server ("always", the newest one kept), or,
+        without one, since its start in this session that the current pin replaces; [] when
+        nothing was approved or started before, or this very pin was."""
+        prefix = f"{definition.name}@"
+        approved = {rule.pattern[len(prefix):] for rule in await self.gate.rules(asker.projectid)
+                    if rule.tool == START_TOOL and rule.action == "allow" and rule.pattern.startswith(prefix)
+                    and "*" not in rule.pattern}
+        if definition.digest in approved:
+            return []
+        if approved:
+            for pin in await self.store.server_pins(asker.projectid):  # the newest first
+                if pin["server"] == definition.name and pin["digest"] in approved:
+                    return changes(pin["manifest"], definition.manifest())
+            return [OLD_PIN if definition.definition_digest in approved else UNKNOWN_PIN]
+        last = self.servers.last_started(asker.sessionid, definition.name)
+        if last is not None and last.digest != definition.digest:
+            return changes(last.manifest(), definition.manifest())
+        return []
 
 
 class _Notes:

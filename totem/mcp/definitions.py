@@ -7,9 +7,13 @@ a name it defines is not taken again from `.mcp.json`. Every problem (a file tha
 field of the wrong type, a name that cannot be part of a tool name) is listed with its file and
 the reason, and the rest of the file still counts.
 
-A definition's `digest` is a hash of everything that decides what runs or where it connects:
-the approval of a start is pinned to it, so a changed command, argument, environment value, URL
-or header asks again.
+A definition's `digest` is the pin of its approval: a hash over everything that decides what
+runs or where it connects (`definition_digest`: the command, arguments, environment values, URL
+and headers) and the sorted (path, content hash) of every project file that it runs (`files`,
+found by mcp/pins.py when `offered_servers` reads the project). A change to any of them asks
+again. What the start question shows (`shown`) holds the values of the variables, except those
+whose name or value looks like a secret (SECRET_NAME_PARTS), and flags the variables that make
+programs load code (CODE_LOADING_ENV); the values of headers are never shown.
 
 Must not: start anything, decide permissions, or expand variables from the server's own
 environment into a definition (a project file could read the server's secrets that way).
@@ -17,14 +21,17 @@ environment into a definition (a project file could read the server's secrets th
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import urljoin, urlsplit
 
 from ..boundary import BoundaryError, resolve_inside
+from .pins import pin_files, value_hash
 
 CONFIG_FILES = (".totem/mcp.json", ".mcp.json")
 MAX_CONFIG_BYTES = 256 * 1024
@@ -36,9 +43,70 @@ MAX_TEXT_CHARS = 4096  # of one command, argument, value or URL
 SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}$")
-# Variables a definition may not set: they would change which programs or libraries run.
+# Variables that make a program load code that is not the one its command line names: the start
+# question flags each with its reason. The one list of them (a prefix ends with "_").
+CODE_LOADING_ENV = {
+    "PYTHONPATH": "Python imports modules from these folders first",
+    "PYTHONHOME": "Python loads its standard library from this folder",
+    "PYTHONSTARTUP": "Python runs this file when it starts interactively",
+    "PYTHONUSERBASE": "Python imports the packages installed below this folder",
+    "PYTHONWARNINGS": "Python imports the module that a warning filter names",
+    "NODE_OPTIONS": "Node takes --require and --import from it: code loaded before the program",
+    "NODE_PATH": "Node's require() finds modules in these folders",
+    "RUBYOPT": "Ruby takes -r from it: a library loaded before the program",
+    "RUBYLIB": "Ruby loads libraries from these folders first",
+    "PERL5OPT": "Perl takes -M from it: a module loaded before the program",
+    "PERL5LIB": "Perl loads modules from these folders first",
+    "PERLLIB": "Perl loads modules from these folders first",
+    "JAVA_TOOL_OPTIONS": "every Java program takes -javaagent from it: code loaded before the program",
+    "_JAVA_OPTIONS": "every Java program takes -javaagent from it: code loaded before the program",
+    "JDK_JAVA_OPTIONS": "the java launcher takes -javaagent from it: code loaded before the program",
+    "CLASSPATH": "Java loads classes from these places",
+    "LD_PRELOAD": "every program loads these libraries first",
+    "LD_LIBRARY_PATH": "programs load their libraries from these folders first",
+    "LD_AUDIT": "every program loads these libraries as auditors",
+    "DYLD_INSERT_LIBRARIES": "every program loads these libraries first (macOS)",
+    "DYLD_LIBRARY_PATH": "programs load their libraries from these folders first (macOS)",
+    "BASH_ENV": "bash runs this file before a script",
+    "ENV": "sh runs this file when it starts",
+    "ZDOTDIR": "zsh runs the start files of this folder",
+    "LUA_PATH": "Lua loads modules from these places",
+    "LUA_CPATH": "Lua loads native modules from these places",
+    "GEM_PATH": "Ruby loads gems from these folders",
+    "GEM_HOME": "Ruby loads gems from this folder",
+    "GOFLAGS": "go takes -toolexec and -exec from it: programs run for every build",
+    "GIT_CONFIG_COUNT": "git takes configuration from these variables (programs such as core.fsmonitor)",
+    "GIT_CONFIG_KEY_": "git takes configuration from these variables (programs such as core.fsmonitor)",
+    "GIT_CONFIG_VALUE_": "git takes configuration from these variables (programs such as core.fsmonitor)",
+    "GIT_CONFIG_PARAMETERS": "git takes configuration from it (programs such as core.fsmonitor)",
+    "GIT_CONFIG_GLOBAL": "git reads its global configuration (which may name programs) from this file",
+    "GIT_CONFIG_SYSTEM": "git reads its system configuration (which may name programs) from this file",
+    "GIT_EXEC_PATH": "git runs its sub-commands from this folder",
+    "GIT_SSH": "git runs this program to connect",
+    "GIT_SSH_COMMAND": "git runs this command to connect",
+    "GIT_PROXY_COMMAND": "git runs this command to connect",
+    "GIT_ASKPASS": "git runs this program to ask for a password",
+    "GIT_EDITOR": "git runs this program as its editor",
+    "GIT_PAGER": "git runs this program as its pager",
+    "GIT_EXTERNAL_DIFF": "git runs this program for every diff",
+    "GIT_TEMPLATE_DIR": "git copies hooks from this folder into new repositories",
+    "GIT_DIR": "git uses this repository, whose config and hooks may name programs",
+    "SSH_ASKPASS": "ssh runs this program to ask for a password",
+    "EDITOR": "programs run this as their editor",
+    "VISUAL": "programs run this as their editor",
+    "PAGER": "programs run this as their pager",
+    "LESSOPEN": "less runs this command on every file it shows",
+    "npm_config_": "npm takes its configuration from these (script-shell, node-options: programs it runs)",
+}
+# Refused outright in a definition (besides being flagged): they change which programs or
+# libraries run for every program the server starts.
 FORBIDDEN_ENV = frozenset({"LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "PATH", "BASH_ENV", "ENV",
                            "PYTHONSTARTUP", "NODE_OPTIONS", "PERL5OPT", "GIT_CONFIG_COUNT"})
+# A variable whose name holds one of these (without case) looks like a secret: the start question
+# and every answer of the API show that it is set, never its value. The one list of them.
+SECRET_NAME_PARTS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASS", "PWD", "AUTH",
+                     "CREDENTIAL", "CRED", "COOKIE", "SESSION", "PRIVATE", "SIGNATURE", "SALT",
+                     "CERT", "DSN", "BEARER", "JWT", "OTP")
 TRANSPORTS = ("stdio", "http", "sse")
 
 
@@ -54,12 +122,22 @@ class ServerDefinition:
     env: tuple[tuple[str, str], ...] = ()
     url: str = ""
     headers: tuple[tuple[str, str], ...] = ()
-    digest: str = field(init=False)
+    files: tuple[tuple[str, str], ...] = ()  # (project path, sha256) of what it runs, sorted
+    left_out: tuple[str, ...] = ()  # what the pin does not cover, a sentence each
+    definition_digest: str = field(init=False)  # of the definition's text alone
+    digest: str = field(init=False)  # the pin: the definition and the content of its files
 
     def __post_init__(self) -> None:
         exact = json.dumps([self.transport, self.command, list(self.args), [list(item) for item in self.env],
                             self.url, [list(item) for item in self.headers]], ensure_ascii=False)
-        object.__setattr__(self, "digest", hashlib.sha256(exact.encode()).hexdigest())
+        definition = hashlib.sha256(exact.encode()).hexdigest()
+        pinned = json.dumps([definition, [list(item) for item in sorted(self.files)]], ensure_ascii=False)
+        object.__setattr__(self, "definition_digest", definition)
+        object.__setattr__(self, "digest", hashlib.sha256(pinned.encode()).hexdigest())
+
+    def pinned(self, files: tuple[tuple[str, str], ...], left_out: tuple[str, ...] = ()) -> ServerDefinition:
+        """The same definition pinned to these files (`digest` follows them)."""
+        return dataclasses.replace(self, files=tuple(sorted(files)), left_out=tuple(left_out))
 
     @property
     def subject(self) -> str:
@@ -70,15 +148,59 @@ class ServerDefinition:
     def host(self) -> str:
         return urlsplit(self.url).hostname or "" if self.url else ""
 
-    def shown(self) -> dict:
-        """What the person is shown before it starts: the exact command line and the names of
-        the variables it gets, or the URL, the host it goes to and the names of the headers
-        (their values may be keys)."""
+    def shown(self, hidden: Callable[[str], bool] | None = None) -> dict:
+        """What the person is shown before it starts: the exact command line, the names of the
+        variables it gets (`env`) and each one's value unless it looks like a secret or
+        `hidden(value)` says so (a configured key), with the reason of a variable that makes
+        programs load code (`variables`), the project files the approval covers (`files`) and
+        what it does not (`left_out`); or the URL, the host it goes to and the names of the
+        headers (their values may be keys)."""
         base = {"server": self.name, "file": self.source, "transport": self.transport}
         if self.transport == "stdio":
             return base | {"command": shlex.join([self.command, *self.args]),
-                           "env": [key for key, _value in self.env]}
+                           "env": [key for key, _value in self.env],
+                           "variables": [variable_view(key, value, hidden) for key, value in self.env],
+                           "files": [path for path, _digest in self.files], "left_out": list(self.left_out)}
         return base | {"url": self.url, "host": self.host, "headers": [key for key, _value in self.headers]}
+
+    def manifest(self) -> dict:
+        """What an approval of this definition covered, to say later what changed: the command
+        line or URL, the hash of each variable's and header's value (never the value), and each
+        file's content hash."""
+        return {"transport": self.transport,
+                "command": shlex.join([self.command, *self.args]) if self.transport == "stdio" else "",
+                "url": self.url, "env": {key: value_hash(value) for key, value in self.env},
+                "headers": {key: value_hash(value) for key, value in self.headers}, "files": dict(self.files)}
+
+
+def looks_secret(name: str, value: str) -> bool:
+    """Whether a variable's value is kept from the page: its name holds a part of
+    SECRET_NAME_PARTS (without case), or its value is a URL with a password in it."""
+    upper = name.upper()
+    if any(part in upper for part in SECRET_NAME_PARTS):
+        return True
+    try:
+        return bool(urlsplit(value).password) if "://" in value else False
+    except ValueError:  # not a URL urlsplit can read (a bad port or bracket): keep it from the page
+        return True
+
+
+def loads_code(name: str) -> str | None:
+    """Why a variable makes programs load code (CODE_LOADING_ENV), or None."""
+    if name in CODE_LOADING_ENV:
+        return CODE_LOADING_ENV[name]
+    return next((reason for prefix, reason in CODE_LOADING_ENV.items()
+                 if prefix.endswith("_") and name.lower().startswith(prefix.lower())), None)
+
+
+def variable_view(name: str, value: str, hidden: Callable[[str], bool] | None = None) -> dict:
+    """One variable as the start question shows it: `{name, value}`, or `{name, masked: true}`
+    for one that looks like a secret (or that `hidden` finds); with `loads` (the reason) for one
+    that loads code."""
+    masked = looks_secret(name, value) or (hidden is not None and hidden(value))
+    view: dict = {"name": name} | ({"masked": True} if masked else {"value": value})
+    reason = loads_code(name)
+    return view | ({"loads": reason} if reason else {})
 
 
 @dataclass(frozen=True)
@@ -102,15 +224,25 @@ def forge_definition(forgeurl: str) -> ServerDefinition:
 
 def offered_servers(root: str, forge: ServerDefinition | None = None,
                     ) -> tuple[list[ServerDefinition], list[Problem]]:
-    """The servers offered to the project at `root`: its files' (read_definitions) and, when
-    given and the project is a Total.js one that does not name its own `forge`, Forge's.
-    Blocks: file reads."""
+    """The servers offered to the project at `root`: its files' (read_definitions), each
+    `command` one pinned to the project files it runs (mcp/pins.py), and, when given and the
+    project is a Total.js one that does not name its own `forge`, Forge's. Blocks: file reads."""
     definitions, problems = read_definitions(root)
+    definitions = [pin_definition(root, definition) for definition in definitions]
     if forge is not None and all(definition.name != forge.name for definition in definitions):
         from .. import totaljs  # its patterns take a while to compile: not at start-up
         if totaljs.detect(root).totaljs:
             definitions.append(forge)
     return definitions, problems
+
+
+def pin_definition(root: str, definition: ServerDefinition) -> ServerDefinition:
+    """The definition pinned to the project files it runs in `root` (a remote one has none).
+    Blocks: file reads."""
+    if definition.transport != "stdio":
+        return definition
+    found = pin_files(root, definition.command, definition.args)
+    return definition.pinned(found.files, found.left_out)
 
 
 def read_definitions(root: str) -> tuple[list[ServerDefinition], list[Problem]]:

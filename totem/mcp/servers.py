@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..store import now_ms
@@ -41,6 +42,7 @@ class McpServers:
         self._running: dict[str, dict[str, Running]] = {}
         self._refused: dict[str, set[str]] = {}  # session -> digests the person refused
         self._failed: dict[str, dict[str, tuple[str, str]]] = {}  # session -> name -> (digest, why)
+        self._started: dict[str, dict[str, ServerDefinition]] = {}  # session -> name -> the last started
         self._starting: dict[tuple[str, str], asyncio.Lock] = {}
 
     def running(self, sessionid: str, definition: ServerDefinition) -> Running | None:
@@ -49,6 +51,11 @@ class McpServers:
         if running is None or running.definition.digest != definition.digest or running.client.ended:
             return None
         return running
+
+    def last_started(self, sessionid: str, name: str) -> ServerDefinition | None:
+        """The pinned definition under which the session last started this server (it may have
+        been stopped since: its files changed)."""
+        return self._started.get(sessionid, {}).get(name)
 
     def refused(self, sessionid: str, definition: ServerDefinition) -> bool:
         return definition.digest in self._refused.get(sessionid, set())
@@ -79,6 +86,7 @@ class McpServers:
             tools, skipped = _tools_of(client, raw, call_timeout_s)
             running = Running(definition, client, tools, skipped=skipped)
             self._running.setdefault(sessionid, {})[definition.name] = running
+            self._started.setdefault(sessionid, {})[definition.name] = definition
             self._failed.get(sessionid, {}).pop(definition.name, None)
             return running
 
@@ -98,12 +106,14 @@ class McpServers:
                 tools.extend(running.tools)
         return tools
 
-    def states(self, sessionid: str | None, definitions: list[ServerDefinition]) -> list[dict]:
+    def states(self, sessionid: str | None, definitions: list[ServerDefinition],
+               hidden: Callable[[str], bool] | None = None) -> list[dict]:
         """Each defined server with its state in the session: running (with its tools), ended,
-        failed, refused or not started; without a session, how many sessions run it."""
+        failed, refused or not started; without a session, how many sessions run it. `hidden`:
+        the variable values never to show (definitions.variable_view)."""
         states = []
         for definition in definitions:
-            view = definition.shown() | {"digest": definition.digest}
+            view = definition.shown(hidden) | {"digest": definition.digest}
             if sessionid is None:
                 count = sum(1 for sessions in self._running.values()
                             if (r := sessions.get(definition.name)) and r.definition.digest == definition.digest
@@ -134,6 +144,7 @@ class McpServers:
         self._running.pop(sessionid, None)
         self._refused.pop(sessionid, None)
         self._failed.pop(sessionid, None)
+        self._started.pop(sessionid, None)
         for key in [key for key in self._starting if key[0] == sessionid]:
             self._starting.pop(key, None)
 
