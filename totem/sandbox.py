@@ -414,10 +414,22 @@ def explain(output: str, policy: Policy, port: int | None) -> list[str]:
                 notes.append(note)
         if policy.network and port and re.search(rf"(?:port |:){port}\b", line) and re.search(
                 r"permission denied|couldn't connect|connection refused|failed to connect", line, re.IGNORECASE):
-            note = f"[the sandbox refuses connections to Totem's own port {port}, on every address]"
-            if note not in notes:
-                notes.append(note)
-    return notes
+            _add(notes, _own_port_note(port))
+    # Landlock refuses a TCP connect with EACCES, which programs print without the port.
+    if policy.network and port and re.search(r"connect", output, re.IGNORECASE) and \
+            re.search(r"permission denied|errno 13\b|eacces", output, re.IGNORECASE) and \
+            not any("refused writing" in note or "hides" in note for note in notes):
+        _add(notes, _own_port_note(port))
+    return notes[:MAX_NOTES]
+
+
+def _own_port_note(port: int) -> str:
+    return f"[the sandbox refuses connections to Totem's own port {port}, on every address]"
+
+
+def _add(notes: list[str], note: str) -> None:
+    if note not in notes:
+        notes.append(note)
 
 
 def _path_note(text: str, line: str, policy: Policy, home: str) -> str | None:
