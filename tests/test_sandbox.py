@@ -384,7 +384,7 @@ class ConfinedTest(SandboxCase):
         seen = bytearray()
         child = await runner.spawn_server(["/bin/sh", "-c", f"echo x > {self.outside}/server; echo done"],
                                           cwd=self.root, env=runner.minimal_environment(),
-                                          on_stdout=seen.extend, confine=confinement.launch)
+                                          on_stdout=seen.extend, confine=confinement.launch_server)
         await asyncio.wait_for(asyncio.shield(child.exited), 30_000 * MS)
         await runner.end_server(child)
         self.assertFalse(os.path.exists(os.path.join(self.outside, "server")))

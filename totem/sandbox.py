@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import logging
 import os
@@ -58,6 +59,7 @@ import shutil
 import stat
 import sys
 import tempfile
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -191,6 +193,7 @@ class Policy:
     worktree_writable: tuple[str, ...] = ()  # of the main repository of a worktree session
     tripwires: tuple[str, ...] = ()  # files removed if a command makes them
     dropped: tuple[str, ...] = ()  # writable folders refused (inside a hidden place), for reach()
+    landlock_alone: bool = False  # no bubblewrap: the project's top level cannot be added to
 
 
 def within(path: str, folder: str) -> bool:
@@ -383,6 +386,8 @@ def readable_paths(policy: Policy, temp_base: str) -> list[str]:
 _REFUSED = re.compile(r"(read-only file system|permission denied|operation not permitted|"
                       r"no such file or directory)", re.IGNORECASE)
 _PATH = re.compile(r"""(?:^|[\s'"`(=:])((?:~|\.{0,2})?/[^\s'"`():,;]+|\.[A-Za-z0-9_][^\s'"`():,;]*)""")
+# The name an error is about, right before it: "touch: cannot touch 'x': ", "bash: line 1: x: ".
+_NAMED = re.compile(r"""(?:^|: |\s)['"`‘]?([^\s'"`’:]+)['"`’]?: $""")
 _NO_NETWORK = re.compile(r"network is unreachable|could not resolve host|temporary failure in name resolution|"
                          r"name or service not known|no address associated with hostname|"
                          r"nodename nor servname", re.IGNORECASE)
@@ -401,8 +406,11 @@ def explain(output: str, policy: Policy, port: int | None) -> list[str]:
         if refused:
             # The path the error is about: the last one before the error's words (a shell or a
             # program names itself first: "/bin/bash: line 1: /root/x: Read-only file system").
-            paths = [match.group(1) for match in _PATH.finditer(line[:refused.start()])]
-            paths = paths[-1:] or [match.group(1) for match in _PATH.finditer(line[refused.end():])][:1]
+            before = line[:refused.start()]
+            named = _NAMED.search(before)  # "...: <name>: Permission denied", the name quoted or not
+            paths = [named.group(1)] if named else []
+            paths = paths or [match.group(1) for match in _PATH.finditer(before)][-1:] or \
+                [match.group(1) for match in _PATH.finditer(line[refused.end():])][:1]
             for text in paths:
                 note = _path_note(text.rstrip("."), line, policy, home)
                 if note and note not in notes:
@@ -453,6 +461,10 @@ def _path_note(text: str, line: str, policy: Policy, home: str) -> str | None:
         return (f"[the sandbox refused writing {shown}: .git/hooks, .git/config and .totem/ are read-only "
                     "to commands; a git command that must write them may ask to run outside the sandbox]")
     writable = (policy.root, *policy.writable, policy.temp, *policy.worktree_writable)
+    if policy.landlock_alone and os.path.dirname(path) == policy.root and not os.path.lexists(path):
+        return (f"[the sandbox refused making {shown}: without bubblewrap (Landlock alone) a command cannot make "
+                "a new file or folder at the top of the project, which keeps .git read-only; make it with the "
+                "write tool, or inside a folder of the project]")
     if any(within(path, folder) for folder in writable):
         return None
     return (f"[the sandbox refused writing {shown}: outside the folders this command may write "
@@ -468,6 +480,7 @@ class _Setup:
     tcp_ruleset: int | None = None  # refuses all TCP (network off, Landlock alone)
     problems: list[str] = field(default_factory=list)
     rulesets: asyncio.Future | None = None  # built at the first command that needs them
+    spawner: _ConfinedLoop | None = None  # the thread that holds `port_ruleset`'s domain
 
     def close(self) -> None:
         for fd in (self.port_ruleset, self.tcp_ruleset):
@@ -475,6 +488,87 @@ class _Setup:
                 with contextlib.suppress(OSError):
                     os.close(fd)
         self.port_ruleset = self.tcp_ruleset = None
+
+
+class _ConfinedLoop:
+    """An event loop in a thread of its own that holds the Landlock domain refusing Totem's
+    port: a command forked from it inherits the domain, where making one per command would
+    cost some 20 ms (the kernel copies its 65,534 port rules). It only starts and watches
+    confined commands (runner.Launch.spawner); nothing else runs on it."""
+
+    def __init__(self, ruleset: int) -> None:
+        self.ruleset = ruleset
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.thread: threading.Thread | None = None
+        self.problem = ""
+
+    async def start(self) -> bool:
+        """Start the thread and enforce the ruleset on it; False (and `problem`) when the
+        kernel refuses."""
+        ready = threading.Event()
+        self.thread = threading.Thread(target=self._main, args=(ready,), name="totem-sandbox-spawner", daemon=True)
+        self.thread.start()
+        await asyncio.to_thread(ready.wait)
+        return self.loop is not None
+
+    def _main(self, ready: threading.Event) -> None:
+        try:
+            confine.restrict_this_thread(self.ruleset)
+        except OSError as exc:
+            self.problem = str(exc)
+            ready.set()
+            return
+        loop = asyncio.new_event_loop()
+        self.loop = loop
+        ready.set()
+        try:
+            loop.run_forever()
+        finally:
+            loop.close()
+
+    async def run(self, work):
+        """Run `work()` (a coroutine function) on this loop and return what it returns (or
+        raise what it raises). Cancelling the caller cancels it there and waits until it has
+        ended (the child's group stopped), then re-raises."""
+        assert self.loop is not None
+        here = asyncio.get_running_loop()
+        ended = here.create_future()
+        tasks: list[asyncio.Task] = []
+
+        def begin() -> None:  # on this loop's thread
+            task = asyncio.ensure_future(work())
+            tasks.append(task)
+            task.add_done_callback(lambda task: here.call_soon_threadsafe(_settle, ended, task))
+
+        self.loop.call_soon_threadsafe(begin)
+        try:
+            return await asyncio.shield(ended)
+        except asyncio.CancelledError:
+            # After `begin` on the same queue: the task exists when this runs.
+            self.loop.call_soon_threadsafe(lambda: tasks and tasks[0].cancel())
+            while not ended.done():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(ended)
+            if not ended.cancelled():
+                ended.exception()  # retrieved: the cancellation is what goes on
+            raise
+
+    async def stop(self) -> None:
+        if self.loop is not None and self.thread is not None:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            await asyncio.to_thread(self.thread.join)
+
+
+def _settle(future: asyncio.Future, task: asyncio.Task) -> None:
+    """Give `future` the outcome of a finished task of another loop."""
+    if future.done():
+        return
+    if task.cancelled():
+        future.cancel()
+    elif task.exception() is not None:
+        future.set_exception(task.exception())  # type: ignore[arg-type]
+    else:
+        future.set_result(task.result())
 
 
 class Confinement:
@@ -499,9 +593,14 @@ class Confinement:
         return reach
 
     async def launch(self, argv: list[str]) -> runner.Launch:
-        """The launch of `argv` under this confinement (the `confine` of the runner). Raises
-        SandboxRefused when `sandbox = required` and a protection is missing."""
+        """The launch of `argv` under this confinement (the `confine` of `runner.run_command`).
+        Raises SandboxRefused when `sandbox = required` and a protection is missing."""
         return await self.sandbox.launch(self, list(argv))
+
+    async def launch_server(self, argv: list[str]) -> runner.Launch:
+        """The same for `runner.spawn_server` (a project's MCP server), whose child is watched
+        on the server's own loop: it takes the Landlock domain from the launcher instead."""
+        return await self.sandbox.launch(self, list(argv), spawned_here=True)
 
     def explain(self, output: str) -> list[str]:
         """Notes naming what the sandbox refused, read from the command's output."""
@@ -585,6 +684,8 @@ class Sandbox:
                 if setup.rulesets is not None:
                     with contextlib.suppress(BaseException):
                         await setup.rulesets
+                if setup.spawner is not None:
+                    await setup.spawner.stop()
                 setup.close()
         for path in list(self._cgroups):
             await _end_cgroup(path, None)
@@ -618,6 +719,9 @@ class Sandbox:
         secrets = tuple(limits.get("secrets", self.defaults["secrets"]) or ())
         hidden = hidden_places(self.data_dir, self.config_files, secrets)
         policy = make_policy(root, self._session_temp_path(sessionid), network, hidden, writable)
+        kernel = self.kernel
+        if kernel is not None and kernel.bwrap is None:
+            policy = dataclasses.replace(policy, landlock_alone=True)
         return Confinement(self, policy)
 
     def question_reach(self, confinement: Confinement | None) -> dict:
@@ -642,8 +746,9 @@ class Sandbox:
             os.mkdir(os.path.join(self._temp_base, "empty"), 0o500)
         return self._temp_base
 
-    async def launch(self, confinement: Confinement, argv: list[str]) -> runner.Launch:
-        """See `Confinement.launch`."""
+    async def launch(self, confinement: Confinement, argv: list[str], spawned_here: bool = False) -> runner.Launch:
+        """See `Confinement.launch`; `spawned_here`: the child cannot be started from the
+        spawner's thread (see `Confinement.launch_server`)."""
         if confinement.policy is None:
             if self.mode == "required":
                 raise SandboxRefused("sandbox = required in config.ini: no command runs outside the sandbox")
@@ -661,41 +766,89 @@ class Sandbox:
         if kernel.bwrap is None and kernel.landlock < 1:
             return runner.Launch(argv, env=self._environment(policy, policy.temp))
         before = {path: os.path.lexists(path) for path in policy.tripwires}
-        pass_fds: list[int] = []
-        options: list[str] = []
-        cgroup = fd = None
+        cgroup = cgroup_fd = None
         if kernel.cgroup is not None:
-            cgroup, fd = _make_cgroup(kernel.cgroup, f"{CGROUP_PREFIX}{os.getpid()}-{next(self._counter)}")
+            cgroup, cgroup_fd = _make_cgroup(kernel.cgroup, f"{CGROUP_PREFIX}{os.getpid()}-{next(self._counter)}")
             self._cgroups.add(cgroup)
-            options += ["--cgroup-fd", str(fd)]
-            pass_fds.append(fd)
-        elif not kernel.root:
-            options += ["--nproc", str(MAX_PROCESSES)]
-        ruleset = setup.port_ruleset if policy.network else (setup.tcp_ruleset if kernel.bwrap is None else None)
-        if ruleset is not None:
-            options += ["--ruleset-fd", str(ruleset)]
-            pass_fds.append(ruleset)
-        python = os.path.realpath(sys.executable)
-        if kernel.bwrap is not None:
-            wrapped = [*bwrap_arguments(kernel.bwrap, policy, kernel.root, os.path.join(self._base(), "empty")),
-                       "--", python, "-I", "-S", LAUNCHER, *options, "--", *argv]
-            temp_inside = INSIDE_TMP
-        else:
-            readable = await asyncio.to_thread(readable_paths, policy, self._base())
-            if kernel.root:
-                options.append("--drop-caps")
-            wrapped = [python, "-I", "-S", LAUNCHER, *options, *landlock_arguments(policy, readable), "--scope",
-                       "--supervise", "--", *argv]
-            temp_inside = policy.temp
+        fds = _Descriptors()
+        if cgroup_fd is not None:
+            fds.own(cgroup_fd)
+        try:
+            spawner = setup.spawner if policy.network and not spawned_here else None
+            if kernel.bwrap is not None:
+                launch = self._bwrap_launch(setup, policy, argv, fds, cgroup_fd, spawner)
+            else:
+                launch = await self._landlock_launch(setup, policy, argv, cgroup_fd, spawner)
+        except BaseException:
+            fds.close_all()
+            if cgroup is not None:
+                await _end_cgroup(cgroup, None)
+            raise
 
         async def release() -> None:
+            fds.close_all()
             if cgroup is not None:
-                await _end_cgroup(cgroup, fd)
+                await _end_cgroup(cgroup, None)
                 self._cgroups.discard(cgroup)
             _spring_tripwires(before)
 
-        return runner.Launch(wrapped, env=self._environment(policy, temp_inside), pass_fds=tuple(pass_fds),
-                             release=release)
+        return dataclasses.replace(launch, release=release)
+
+    def _bwrap_launch(self, setup: _Setup, policy: Policy, argv: list[str], fds: _Descriptors,
+                      cgroup_fd: int | None, spawner: _ConfinedLoop | None) -> runner.Launch:
+        """bwrap for the mounts and namespaces; the launcher inside it only where Landlock must
+        refuse Totem's port (the network on). bwrap waits on a pipe once its namespaces are
+        made, while `started` puts its child in the command's cgroup (root) or limits its
+        processes inside its user namespace (an ordinary user)."""
+        kernel = setup.kernel
+        assert kernel.bwrap is not None
+        info_r, info_w = fds.pipe()
+        block_r, block_w = fds.pipe()
+        pass_fds = [info_w, block_r]
+        inner = argv
+        if policy.network and spawner is None and setup.port_ruleset is not None:
+            inner = [os.path.realpath(sys.executable), "-I", "-S", LAUNCHER, "--ruleset-fd", str(setup.port_ruleset),
+                     "--", *argv]
+            pass_fds.append(setup.port_ruleset)
+        wrapped = [*bwrap_arguments(kernel.bwrap, policy, kernel.root, os.path.join(self._base(), "empty")),
+                   "--info-fd", str(info_w), "--block-fd", str(block_r), "--", *inner]
+
+        async def started(_pid: int) -> None:
+            fds.close(info_w)
+            fds.close(block_r)
+            child = await _child_pid(info_r)
+            fds.close(info_r)
+            if child is not None:
+                _limit_child(child, cgroup_fd, kernel.root)
+            os.write(block_w, b"1")
+            fds.close(block_w)
+
+        return runner.Launch(wrapped, env=self._environment(policy, INSIDE_TMP), pass_fds=tuple(pass_fds),
+                             started=started, spawner=spawner.run if spawner is not None else None)
+
+    async def _landlock_launch(self, setup: _Setup, policy: Policy, argv: list[str], cgroup_fd: int | None,
+                               spawner: _ConfinedLoop | None) -> runner.Launch:
+        """Landlock alone: the launcher joins the cgroup (or limits processes), applies the
+        network ruleset and the file rules it is given, and stays as the subreaper."""
+        kernel = setup.kernel
+        options: list[str] = []
+        pass_fds: list[int] = []
+        if cgroup_fd is not None:
+            options += ["--cgroup-fd", str(cgroup_fd)]
+            pass_fds.append(cgroup_fd)
+        elif not kernel.root:
+            options += ["--nproc", str(MAX_PROCESSES)]
+        ruleset = None if spawner else setup.port_ruleset if policy.network else setup.tcp_ruleset
+        if ruleset is not None:
+            options += ["--ruleset-fd", str(ruleset)]
+            pass_fds.append(ruleset)
+        if kernel.root:
+            options.append("--drop-caps")
+        readable = await asyncio.to_thread(readable_paths, policy, self._base())
+        wrapped = [os.path.realpath(sys.executable), "-I", "-S", LAUNCHER, *options,
+                   *landlock_arguments(policy, readable), "--scope", "--supervise", "--", *argv]
+        return runner.Launch(wrapped, env=self._environment(policy, policy.temp), pass_fds=tuple(pass_fds),
+                             spawner=spawner.run if spawner is not None else None)
 
     def _environment(self, policy: Policy, temp: str) -> dict[str, str]:
         env = {"TMPDIR": temp, "TMP": temp, "TEMP": temp}
@@ -715,8 +868,19 @@ class Sandbox:
         if setup.kernel.landlock < confine.NET_ABI:
             return
         if setup.rulesets is None:
-            setup.rulesets = asyncio.ensure_future(asyncio.to_thread(self._build_rulesets, setup))
+            setup.rulesets = asyncio.ensure_future(self._make_rulesets(setup))
         await asyncio.shield(setup.rulesets)
+
+    async def _make_rulesets(self, setup: _Setup) -> None:
+        await asyncio.to_thread(self._build_rulesets, setup)
+        await self._start_spawner(setup)
+
+    async def _start_spawner(self, setup: _Setup) -> None:
+        spawner = _ConfinedLoop(setup.port_ruleset) if setup.port_ruleset is not None else None
+        if spawner is not None and await spawner.start():
+            setup.spawner = spawner
+        elif spawner is not None:
+            setup.problems.append(f"commands pay a Landlock domain each: {spawner.problem}")
 
     def _build_rulesets(self, setup: _Setup) -> None:
         abi = setup.kernel.landlock
@@ -850,6 +1014,75 @@ async def _end_cgroup(path: str, fd: int | None) -> None:
             log.warning("the cgroup %s could not be removed", path)
             return
         await asyncio.sleep(CGROUP_POLL_S)
+
+
+class _Descriptors:
+    """The descriptors of one launch in the server, each closed once."""
+
+    def __init__(self) -> None:
+        self.open: set[int] = set()
+
+    def own(self, fd: int) -> int:
+        self.open.add(fd)
+        return fd
+
+    def pipe(self) -> tuple[int, int]:
+        read, write = os.pipe2(os.O_CLOEXEC)
+        return self.own(read), self.own(write)
+
+    def close(self, fd: int) -> None:
+        if fd in self.open:
+            self.open.discard(fd)
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def close_all(self) -> None:
+        for fd in list(self.open):
+            self.close(fd)
+
+
+async def _child_pid(fd: int) -> int | None:
+    """The pid (in the server's namespace) of bwrap's child, from what `--info-fd` writes
+    (a JSON object, then the end of the pipe); None when bwrap ended before it said."""
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+    data = bytearray()
+
+    def readable() -> None:
+        try:
+            chunk = os.read(fd, 4096)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        data.extend(chunk)
+        if not chunk and not done.done():
+            done.set_result(None)
+
+    os.set_blocking(fd, False)
+    loop.add_reader(fd, readable)
+    try:
+        async with asyncio.timeout(PROBE_TIMEOUT_S):
+            await done
+    finally:
+        loop.remove_reader(fd)
+    match = re.search(rb'"child-pid"\s*:\s*(\d+)', bytes(data))
+    return int(match.group(1)) if match else None
+
+
+def _limit_child(pid: int, cgroup_fd: int | None, root_user: bool) -> None:
+    """Put bwrap's child (still waiting) in the command's cgroup, or, for an ordinary user,
+    limit its processes: its RLIMIT_NPROC counts only its user namespace's. Raises
+    runner.CommandError when neither can be done (the command must not go on)."""
+    try:
+        if cgroup_fd is not None:
+            os.write(cgroup_fd, str(pid).encode())
+        elif not root_user:
+            import resource  # only an ordinary user's launch needs it
+
+            resource.prlimit(pid, resource.RLIMIT_NPROC, (MAX_PROCESSES, MAX_PROCESSES))
+    except (OSError, ValueError) as exc:
+        raise runner.CommandError(f"the sandbox could not limit the command's processes: {exc}") from None
 
 
 def _spring_tripwires(before: Mapping[str, bool]) -> None:
