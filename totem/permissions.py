@@ -22,7 +22,10 @@ The order of a decision (DESIGN.md, "Permission decision"):
 5. An edit to a file that a project MCP server approved to start without asking runs (a file
    of its pin, `Call.pinned`) asks, whatever a rule or auto-accept says: the change would run at
    the server's next start without a question. No rule can allow it ("always" stores nothing).
-6. A scheduled run turns any remaining ask into deny (no person is there to answer).
+6. A command asked to run outside the sandbox (`Call.outside_sandbox`) is asked every time,
+   whatever allow rule matches (a deny still denies); a scheduled run or a sub-agent is denied
+   it (nobody there chose it), and Plan mode already denies every command.
+7. A scheduled run turns any remaining ask into deny (no person is there to answer).
 
 Must not: read files, resolve paths (the caller passes `outside`, `inside` and `pinned`), ask the
 person.
@@ -60,6 +63,9 @@ MAX_REASON_SUBJECT_CHARS = 200  # a reason quotes at most this much of a command
 SEVERITY = {"allow": 0, "ask": 1, "deny": 2}
 VERBS = {"allow": "allowed", "ask": "approval required", "deny": "denied"}
 SCHEDULED_REASON = "no one is here to approve (a scheduled run)"
+OUTSIDE_SANDBOX_REASON = "runs outside the sandbox: asked every time, never allowed by a rule"
+OUTSIDE_SANDBOX_UNATTENDED = ("a scheduled run or a sub-agent never runs a command outside the sandbox "
+                              "(nobody is here to approve it)")
 GLOB_CHARS = "*?["
 # `ls` flags that only change how a listing looks (no -L: it follows links out of the project).
 SAFE_LS_FLAGS = frozenset("1aAdFhlrRStu")
@@ -147,6 +153,8 @@ class Call:
     git_programs: bool = False
     # edits: the subjects that are files an approved project MCP server runs -> that server's name
     pinned: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    outside_sandbox: bool = False  # a command asked to run outside the sandbox
+    subagent: bool = False  # the call of a sub-agent's run
 
 
 def _default(tool: str, pattern: str, action: str, name: str | None = None) -> Rule:
@@ -221,6 +229,11 @@ def decide(call: Call, rules: Sequence[Rule]) -> Decision:
     pinned = next((subject for subject in subjects if subject in call.pinned), None) if kind.edits else None
     if pinned is not None and decision.action != "deny":
         decision = Decision("ask", pinned_reason(pinned, call.pinned[pinned]), subject=pinned)
+    if call.outside_sandbox and decision.action != "deny":
+        if call.scheduled or call.subagent:
+            return Decision("deny", OUTSIDE_SANDBOX_UNATTENDED, subject=decision.subject)
+        return Decision("ask", OUTSIDE_SANDBOX_REASON, subject=decision.subject,
+                        asks=decision.asks or tuple(dict.fromkeys(subjects)))
     if decision.action == "ask" and call.scheduled:
         reason = f"{decision.reason}; {SCHEDULED_REASON}" if pinned is not None else SCHEDULED_REASON
         decision = Decision("deny", reason, subject=decision.subject)

@@ -47,6 +47,8 @@ async def read_account(ctx):
         "mcptokens": bool(config.mcptoken) or bool(await ctx.app.store.list_mcp_tokens()),
         "version": __version__,
         "capabilities": CAPABILITIES | {"cookiesecure": config.cookiesecure, "mcp": bool(config.mcp)},
+        # The sandbox of the agent's processes: mode, layers, which protections hold (sandbox.py).
+        "sandbox": await (await ctx.app.sandbox_ready()).status(),
     }
 
 
