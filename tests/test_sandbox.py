@@ -23,6 +23,7 @@ import uuid
 
 from tests.model_server import reply
 from tests.test_loop import LoopCase
+from tests.test_mcp_client import SERVER as MCP_SERVER, McpClientCase
 from tests.utils import MS, TotemCase, call, next_event, running_totem
 from totem import confine, refusals, runner, sandbox
 from totem.agent.gate import Asker
@@ -458,13 +459,15 @@ class StatusTest(SandboxCase):
 
 # -- end to end: the bash tool, its question, running outside the sandbox ----------------------------
 
-class QuestionCase(LoopCase):
-    def elsewhere(self) -> str:
-        """A folder outside the project and outside /tmp (which a confined command does not see)."""
-        folder = os.path.realpath(tempfile.mkdtemp(prefix=".totem-sandbox-test-", dir=REAL_HOME))
-        self.addCleanup(shutil.rmtree, folder, ignore_errors=True)
-        return folder
+def elsewhere(case: unittest.TestCase) -> str:
+    """A folder outside the project and outside /tmp (which a confined command does not see),
+    removed after the test."""
+    folder = os.path.realpath(tempfile.mkdtemp(prefix=".totem-sandbox-test-", dir=REAL_HOME))
+    case.addCleanup(shutil.rmtree, folder, ignore_errors=True)
+    return folder
 
+
+class QuestionCase(LoopCase):
     async def until(self, kind: str, timeout_ms: int = 30_000) -> dict:
         while True:
             event = await next_event(self.ws, timeout_ms)
@@ -496,7 +499,7 @@ class QuestionTest(QuestionCase):
 
     async def test_a_refusal_is_named_in_the_tool_result(self):
         """The model reads which write the sandbox refused, and that it may ask to run outside."""
-        outside = self.elsewhere()
+        outside = elsewhere(self)
         self.model.script(reply(tool_calls=[("bash", {"command": f"touch {outside}/x"})]), reply("ok"))
         await self.prompt()
         ask = await self.until("permission.ask")
@@ -514,7 +517,7 @@ class OutsideTest(QuestionCase):
     async def test_outside_the_sandbox_asks_even_under_an_allow_rule_and_never_always(self):
         """With `allow bash *`, a call with outside_sandbox still asks, "always" is refused (and
         stores nothing), and "once" runs it unconfined."""
-        outside = self.elsewhere()
+        outside = elsewhere(self)
         self.model.script(reply(tool_calls=[("bash", {"command": f"touch {outside}/x", "outside_sandbox": True})]),
                           reply("ok"))
         await self.prompt()
@@ -540,6 +543,32 @@ class OutsideTest(QuestionCase):
         await self.prompt()
         part = await self.tool_part()
         self.assertEqual(part["data"]["decision"]["by"], "rule")
+
+
+@NEED_BWRAP
+class ServerAndJobTest(McpClientCase):
+    async def test_a_project_mcp_server_runs_confined_and_its_question_says_so(self):
+        """A stdio server's program writes outside the project: the write is refused, the server
+        still starts, and its start question shows what it can reach."""
+        outside = elsewhere(self)
+        self.define({"notes": {"command": "/bin/sh", "args": [
+            "-c", f"echo x > {outside}/planted; exec {sys.executable} {MCP_SERVER} stdio"]}})
+        self.model.script(reply("ok"))
+        await self.prompt("start it")
+        start = await self.answer("mcp-start")
+        self.assertTrue(start["reach"]["confined"])
+        await self.idle()
+        self.assertEqual((await self.servers(self.session["id"]))["servers"][0]["state"], "running")
+        self.assertFalse(os.path.exists(os.path.join(outside, "planted")))
+
+    async def test_a_background_job_runs_confined_and_names_what_was_refused(self):
+        """A job writing outside the project is refused, and its output says so."""
+        outside = elsewhere(self)
+        confinement = self.app.sandbox.confinement(self.root, self.session["id"], False, {})
+        job = self.app.jobs.start(self.session["id"], f"touch {outside}/planted", self.root, confinement)
+        await job.task
+        self.assertFalse(os.path.exists(os.path.join(outside, "planted")))
+        self.assertIn(f"the sandbox refused writing {outside}/planted", job.output)
 
 
 class OffQuestionTest(QuestionCase):
