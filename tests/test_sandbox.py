@@ -684,8 +684,18 @@ def test_reach_of_an_unconfined_call_says_why():
     from totem.config import parse_values
     off = sandbox.Sandbox(parse_values({"sandbox": "off"}, "/tmp"))
     assert off.confinement("/", "s", False, {}).reach() == {"confined": False, "why": "sandbox = off"}
-    assert off.question_reach(None) == {"confined": False, "why": "sandbox = off"}
-    assert sandbox.Sandbox(parse_values({}, "/tmp")).question_reach(None) == {}
+    assert asyncio.run(off.question_reach(None)) == {"confined": False, "why": "sandbox = off"}
+    assert asyncio.run(sandbox.Sandbox(parse_values({}, "/tmp")).question_reach(None)) == {}
+
+
+def test_totems_own_code_is_read_only_where_a_writable_folder_holds_it():
+    """A project that is Totem's own folder: its code, UI and Python stay read-only, the rest
+    (its tests, its README) writable."""
+    policy = sandbox.make_policy(sandbox.INSTALL_ROOT, "/tmp/t", True, [], [])
+    assert os.path.join(sandbox.INSTALL_ROOT, "totem") in policy.read_only
+    assert os.path.join(sandbox.INSTALL_ROOT, "static") in policy.read_only
+    assert os.path.join(sandbox.INSTALL_ROOT, "tests") not in policy.read_only
+    assert sandbox.make_policy("/tmp", "/tmp/t", True, [], []).read_only == ()
 
 
 def test_every_protection_is_missing_without_a_layer():

@@ -5,8 +5,8 @@ Policy (one place; README "The sandbox" says where each part holds):
 - write: only the session's folder (project or worktree), its private temp folder (bound as
   /tmp, and TMPDIR), /dev/null and ptys, and the folders of the setting `writable`. Inside the
   folder, `.git/hooks`, `.git/config` (`config.worktree`, `commondir`, `modules/`, a worktree's
-  own `commondir`, `gitdir` and `config.worktree`) and `.totem/` are read-only, and so is the
-  folder Totem runs from when it lies inside a writable one (its code, its UI, its Python).
+  own `commondir`, `gitdir` and `config.worktree`) and `.totem/` are read-only, and so are
+  Totem's own code, UI and Python where a writable folder holds them (INSTALL_PARTS).
 - read: everything programs need, never SECRET_PLACES (under $HOME), SYSTEM_SECRETS, Totem's
   data folder, its config file and its key, nor the places of the setting `secrets` (added to
   the list, never replacing it). A hidden place inside the project is hidden there too; a
@@ -112,8 +112,10 @@ CACHE_VARIABLES = {
 }
 INSIDE_TMP = "/tmp"
 LAUNCHER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "confine.py")
-# The folder Totem runs from (its code, UI, virtual environment): read-only to commands.
+# The folder Totem runs from; its code, its UI and the Python it runs on are read-only to
+# commands where a writable folder holds them (a command must not change what the server runs).
 INSTALL_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+INSTALL_PARTS = ("totem", "static", "totem.py", ".venv")
 
 # What each protection means, by name (Account|read, the questions, `required`'s errors).
 PROTECTIONS = {
@@ -299,8 +301,8 @@ def make_policy(root: str, temp: str, network: bool, hidden: Iterable[str], writ
     elif gitdir:
         read_only += [os.path.join(gitdir, name) for name in GIT_READ_ONLY]
         tripwires = [os.path.join(gitdir, name) for name in GIT_TRIPWIRES]
-    if any(within(INSTALL_ROOT, folder) for folder in (root, *kept)):
-        read_only.append(INSTALL_ROOT)
+    runs = [os.path.join(INSTALL_ROOT, part) for part in INSTALL_PARTS] + [os.path.realpath(sys.prefix)]
+    read_only += [path for path in runs if any(within(path, folder) for folder in (root, *kept))]
     return Policy(root=root, temp=temp, network=network, writable=tuple(kept), hidden=hidden,
                   read_only=tuple(path for path in read_only if os.path.lexists(path)),
                   worktree_writable=tuple(path for path in worktree_writable if os.path.isdir(path)),
@@ -553,10 +555,12 @@ class Sandbox:
             policy = dataclasses.replace(policy, landlock_alone=True)
         return Confinement(self, policy)
 
-    def question_reach(self, confinement: Confinement | None) -> dict:
-        """What a permission question shows of the sandbox: the reach of a command, or for
-        another tool, only that the sandbox is off."""
+    async def question_reach(self, confinement: Confinement | None) -> dict:
+        """What a permission question shows of the sandbox: the reach of a command (once the
+        probe has said what holds), or for another tool, only that the sandbox is off."""
         if confinement is not None:
+            if confinement.policy is not None:
+                await self.ready()
             return confinement.reach()
         return {"confined": False, "why": "sandbox = off"} if self.mode == "off" else {}
 
@@ -591,6 +595,8 @@ class Sandbox:
             raise SandboxRefused("sandbox = required, and this command would run without: " + "; ".join(
                 f"{PROTECTIONS[name]} ({why})" for name, why in missing.items()))
         kernel = setup.kernel
+        if kernel.bwrap is None and not policy.landlock_alone:  # made before the probe had said
+            policy = confinement.policy = dataclasses.replace(policy, landlock_alone=True)
         os.makedirs(policy.temp, mode=0o700, exist_ok=True)
         if kernel.bwrap is None and kernel.landlock < 1:
             return runner.Launch(argv, env=self._environment(policy, policy.temp))
