@@ -10,6 +10,7 @@ through the scripted model and the bash tool. A layer the kernel lacks skips wit
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import socket
@@ -22,8 +23,10 @@ import uuid
 
 from tests.model_server import reply
 from tests.test_loop import LoopCase
+from tests.test_mcp_client import SERVER as MCP_SERVER, McpClientCase
 from tests.utils import MS, TotemCase, call, next_event, running_totem
-from totem import confine, runner, sandbox
+from totem import confine, refusals, runner, sandbox
+from totem.agent.gate import Asker
 from totem.permissions import (
     COMMAND,
     OUTSIDE_SANDBOX_REASON,
@@ -416,6 +419,32 @@ class RequiredTest(SandboxCase):
         self.assertIn("network", status["missing"])
 
 
+@unittest.skipUnless(BWRAP_OK or ABI >= 4, "needs bubblewrap or Landlock ABI 4+ to have the network off")
+class UnattendedTest(SandboxCase):
+    async def test_scheduled_runs_and_sub_agents_have_the_network_off_by_default(self):
+        """The confinement of a bash call (agent/calls.py): the network on for a run the person
+        watches, off for a scheduled run and a sub-agent unless `unattendednetwork` says on; a
+        TCP connection from a scheduled run's command fails."""
+        calls, bash = self.app.runs.calls, self.app.runs.registry.get("bash")
+        watched = Asker("s1", "p1", self.root)
+        scheduled = Asker("s1", "p1", self.root, scheduled=True)
+        subagent = Asker("s2", "p1", self.root, depth=1)
+        for asker, limits, network in ((watched, {}, True), (scheduled, {}, False), (subagent, {}, False),
+                                       (scheduled, {"unattendednetwork": True}, True),
+                                       (watched, {"network": False}, False)):
+            confinement = calls.confinement(asker, bash, {"command": "true"}, limits)
+            self.assertIs(confinement.policy.network, network, (asker, limits))
+        outside = calls.confinement(watched, bash, {"command": "true", "outside_sandbox": True}, {})
+        self.assertIsNone(outside.policy)
+        listener = socket.create_server(("127.0.0.1", 0))
+        self.addCleanup(listener.close)
+        code = f"import socket; socket.create_connection(('127.0.0.1', {listener.getsockname()[1]})); print('reached')"
+        confinement = calls.confinement(scheduled, bash, {"command": "true"}, {})
+        result = await runner.run_command(f"{sys.executable} -I -S -c \"{code}\"", cwd=self.root, timeout_s=30,
+                                          output_cap_bytes=10_000, confine=confinement.launch)
+        self.held("reached" in result.output, "TCP from a scheduled run's command")
+
+
 class StatusTest(SandboxCase):
     async def test_account_read_says_which_protections_hold(self):
         """Account|read has the mode, the layers and each protection held or missing, with why."""
@@ -430,13 +459,15 @@ class StatusTest(SandboxCase):
 
 # -- end to end: the bash tool, its question, running outside the sandbox ----------------------------
 
-class QuestionCase(LoopCase):
-    def elsewhere(self) -> str:
-        """A folder outside the project and outside /tmp (which a confined command does not see)."""
-        folder = os.path.realpath(tempfile.mkdtemp(prefix=".totem-sandbox-test-", dir=REAL_HOME))
-        self.addCleanup(shutil.rmtree, folder, ignore_errors=True)
-        return folder
+def elsewhere(case: unittest.TestCase) -> str:
+    """A folder outside the project and outside /tmp (which a confined command does not see),
+    removed after the test."""
+    folder = os.path.realpath(tempfile.mkdtemp(prefix=".totem-sandbox-test-", dir=REAL_HOME))
+    case.addCleanup(shutil.rmtree, folder, ignore_errors=True)
+    return folder
 
+
+class QuestionCase(LoopCase):
     async def until(self, kind: str, timeout_ms: int = 30_000) -> dict:
         while True:
             event = await next_event(self.ws, timeout_ms)
@@ -468,7 +499,7 @@ class QuestionTest(QuestionCase):
 
     async def test_a_refusal_is_named_in_the_tool_result(self):
         """The model reads which write the sandbox refused, and that it may ask to run outside."""
-        outside = self.elsewhere()
+        outside = elsewhere(self)
         self.model.script(reply(tool_calls=[("bash", {"command": f"touch {outside}/x"})]), reply("ok"))
         await self.prompt()
         ask = await self.until("permission.ask")
@@ -486,7 +517,7 @@ class OutsideTest(QuestionCase):
     async def test_outside_the_sandbox_asks_even_under_an_allow_rule_and_never_always(self):
         """With `allow bash *`, a call with outside_sandbox still asks, "always" is refused (and
         stores nothing), and "once" runs it unconfined."""
-        outside = self.elsewhere()
+        outside = elsewhere(self)
         self.model.script(reply(tool_calls=[("bash", {"command": f"touch {outside}/x", "outside_sandbox": True})]),
                           reply("ok"))
         await self.prompt()
@@ -512,6 +543,32 @@ class OutsideTest(QuestionCase):
         await self.prompt()
         part = await self.tool_part()
         self.assertEqual(part["data"]["decision"]["by"], "rule")
+
+
+@NEED_BWRAP
+class ServerAndJobTest(McpClientCase):
+    async def test_a_project_mcp_server_runs_confined_and_its_question_says_so(self):
+        """A stdio server's program writes outside the project: the write is refused, the server
+        still starts, and its start question shows what it can reach."""
+        outside = elsewhere(self)
+        self.define({"notes": {"command": "/bin/sh", "args": [
+            "-c", f"echo x > {outside}/planted; exec {sys.executable} {MCP_SERVER} stdio"]}})
+        self.model.script(reply("ok"))
+        await self.prompt("start it")
+        start = await self.answer("mcp-start")
+        self.assertTrue(start["reach"]["confined"])
+        await self.idle()
+        self.assertEqual((await self.servers(self.session["id"]))["servers"][0]["state"], "running")
+        self.assertFalse(os.path.exists(os.path.join(outside, "planted")))
+
+    async def test_a_background_job_runs_confined_and_names_what_was_refused(self):
+        """A job writing outside the project is refused, and its output says so."""
+        outside = elsewhere(self)
+        confinement = self.app.sandbox.confinement(self.root, self.session["id"], False, {})
+        job = self.app.jobs.start(self.session["id"], f"touch {outside}/planted", self.root, confinement)
+        await job.task
+        self.assertFalse(os.path.exists(os.path.join(outside, "planted")))
+        self.assertIn(f"the sandbox refused writing {outside}/planted", job.output)
 
 
 class OffQuestionTest(QuestionCase):
@@ -627,8 +684,18 @@ def test_reach_of_an_unconfined_call_says_why():
     from totem.config import parse_values
     off = sandbox.Sandbox(parse_values({"sandbox": "off"}, "/tmp"))
     assert off.confinement("/", "s", False, {}).reach() == {"confined": False, "why": "sandbox = off"}
-    assert off.question_reach(None) == {"confined": False, "why": "sandbox = off"}
-    assert sandbox.Sandbox(parse_values({}, "/tmp")).question_reach(None) == {}
+    assert asyncio.run(off.question_reach(None)) == {"confined": False, "why": "sandbox = off"}
+    assert asyncio.run(sandbox.Sandbox(parse_values({}, "/tmp")).question_reach(None)) == {}
+
+
+def test_totems_own_code_is_read_only_where_a_writable_folder_holds_it():
+    """A project that is Totem's own folder: its code, UI and Python stay read-only, the rest
+    (its tests, its README) writable."""
+    policy = sandbox.make_policy(sandbox.INSTALL_ROOT, "/tmp/t", True, [], [])
+    assert os.path.join(sandbox.INSTALL_ROOT, "totem") in policy.read_only
+    assert os.path.join(sandbox.INSTALL_ROOT, "static") in policy.read_only
+    assert os.path.join(sandbox.INSTALL_ROOT, "tests") not in policy.read_only
+    assert sandbox.make_policy("/tmp", "/tmp/t", True, [], []).read_only == ()
 
 
 def test_every_protection_is_missing_without_a_layer():
@@ -644,10 +711,113 @@ def test_every_protection_is_missing_without_a_layer():
 def test_explain_names_the_path_not_the_program():
     """A shell names itself first: the note is about the path the error is about."""
     policy = sandbox.Policy(root="/p", temp="/tmp/t", network=False, hidden=("/home/u/.ssh",))
-    notes = sandbox.explain("/bin/bash: line 1: /etc/x: Read-only file system\n"
-                            "cat: /home/u/.ssh/id: No such file or directory\n"
-                            "curl: (6) Could not resolve host: example.com\n", policy, 8470)
+    notes = refusals.explain("/bin/bash: line 1: /etc/x: Read-only file system\n"
+                             "cat: /home/u/.ssh/id: No such file or directory\n"
+                             "curl: (6) Could not resolve host: example.com\n", policy, 8470, "/home/u")
     assert notes[0].startswith("[the sandbox refused writing /etc/x:")
     assert "hides /home/u/.ssh/id" in notes[1]
     assert "network off" in notes[2]
-    assert sandbox.explain("cat: /p/missing: No such file or directory\n", policy, 8470) == []
+    assert refusals.explain("cat: /p/missing: No such file or directory\n", policy, 8470, "/home/u") == []
+    alone = sandbox.Policy(root="/p", temp="/tmp/t", network=True, landlock_alone=True)
+    assert "top of the project" in refusals.explain("/bin/bash: line 1: new.txt: Permission denied", alone, 8470,
+                                                    "/home/u")[0]
+
+
+# -- as an ordinary user: the server's side run as nobody (setpriv), bubblewrap and Landlock alone ---
+
+SETPRIV = shutil.which("setpriv", path=sandbox.SYSTEM_PATH)
+SYSTEM_PYTHON = next((path for path in ("/usr/bin/python3", "/bin/python3") if os.access(path, os.X_OK)), None)
+NOBODY = 65534
+# Run by the system's Python as nobody: a Sandbox of the package as the server builds it, a
+# listener that stands for Totem's port, and one hostile command per rule; it prints what escaped.
+AS_NOBODY = r'''
+import asyncio, json, os, socket, sys
+sys.path.insert(0, sys.argv[1])
+from totem import runner
+from totem.config import parse_values
+from totem.sandbox import Sandbox
+
+async def main(base, settings):
+    home, outside = os.path.join(base, "home"), os.path.join(base, "outside")
+    root = os.path.join(base, "proj", "src")
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    sandbox = Sandbox(parse_values({"data": os.path.join(base, "data"), **settings}, base))
+    sandbox.start(port)
+    confinement = sandbox.confinement(root, "s1", False, {})
+    bomb = ("import os, time\n"
+            "for n in range(700):\n"
+            "    if os.fork() == 0:\n"
+            "        time.sleep(60); os._exit(0)\n"
+            "print('ALL-' + 'FORKED')\n")
+    with open(os.path.join(root, "bomb.py"), "w") as handle:
+        handle.write(bomb)
+    checks = {
+        "write outside": f"echo x > {outside}/f && echo ESCAPED",
+        "read a secret place": "cat ~/.ssh/id_ed25519",
+        "Totem's port": f"{sys.executable} -I -S -c \"import socket; socket.create_connection(('127.0.0.1', {port}))\" "
+                        "2>/dev/null && echo ESCAPED",
+        "signal the server": f"kill -0 {os.getpid()} 2>/dev/null && echo ESCAPED",
+        "700 processes": f"{sys.executable} -I -S bomb.py 2>/dev/null",
+    }
+    escaped = {}
+    for name, command in checks.items():
+        result = await runner.run_command(command, cwd=root, timeout_s=60, output_cap_bytes=20000,
+                                          confine=confinement.launch)
+        escaped[name] = any(word in result.output for word in ("ESCAPED", "SECRET-OF-NOBODY", "ALL-FORKED"))
+    status = await sandbox.status()
+    await sandbox.stop()
+    listener.close()
+    print(json.dumps({"escaped": escaped, "layers": status["layers"], "uid": os.getuid()}))
+
+asyncio.run(main(sys.argv[2], json.loads(sys.argv[3])))
+'''
+
+
+@unittest.skipUnless(os.geteuid() == 0 and SETPRIV and SYSTEM_PYTHON, "needs root (to become nobody with setpriv) "
+                     "and the system's python3")
+class OrdinaryUserTest(unittest.TestCase):
+    """The same rules with the server run as an ordinary user (uid 65534): bubblewrap in a user
+    namespace (RLIMIT_NPROC counted there), Landlock alone, and the control."""
+
+    def run_as_nobody(self, settings: dict) -> dict:
+        base = tempfile.mkdtemp(prefix="totem-nobody-")
+        self.addCleanup(shutil.rmtree, base, ignore_errors=True)
+        for folder in ("home/.ssh", "outside", "proj/src", "data"):
+            os.makedirs(os.path.join(base, folder))
+        with open(os.path.join(base, "home", ".ssh", "id_ed25519"), "w") as handle:
+            handle.write("SECRET-OF-NOBODY\n")
+        with open(os.path.join(base, "driver.py"), "w") as handle:
+            handle.write(AS_NOBODY)
+        for folder, _dirs, files in os.walk(base):
+            os.chown(folder, NOBODY, NOBODY)
+            for name in files:
+                os.chown(os.path.join(folder, name), NOBODY, NOBODY)
+        os.chmod(base, 0o755)
+        package = os.path.dirname(os.path.dirname(os.path.abspath(sandbox.__file__)))
+        argv = [SETPRIV, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "env", "-i",
+                f"HOME={base}/home", "PATH=/usr/bin:/bin", SYSTEM_PYTHON, "-I", f"{base}/driver.py", package, base,
+                json.dumps(settings)]
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+        self.assertEqual(result.returncode, 0, result.stderr[-2000:])
+        return json.loads(result.stdout.strip().splitlines()[-1])
+
+    @NEED_BWRAP
+    def test_bubblewrap_as_an_ordinary_user(self):
+        """Nothing escapes under bubblewrap in a user namespace."""
+        report = self.run_as_nobody({})
+        self.assertEqual(report["uid"], NOBODY)
+        self.assertEqual(report["layers"], ["bubblewrap", f"landlock {ABI}"])
+        self.assertEqual([name for name, escaped in report["escaped"].items() if escaped], [])
+
+    @NEED_LANDLOCK
+    def test_landlock_alone_as_an_ordinary_user(self):
+        """Nothing escapes under Landlock alone (bwrap looked for where it is not)."""
+        report = self.run_as_nobody({"sandboxpath": NO_BWRAP_PATH})
+        self.assertEqual(report["layers"], [f"landlock {ABI}"])
+        self.assertEqual([name for name, escaped in report["escaped"].items() if escaped], [])
+
+    def test_the_control_escapes_as_an_ordinary_user(self):
+        """With sandbox = off every one of those escapes (so the two above can fail)."""
+        report = self.run_as_nobody({"sandbox": "off"})
+        self.assertEqual([name for name, escaped in report["escaped"].items() if not escaped], [])

@@ -29,8 +29,12 @@ The child ends when its first process (the leader: the shell, git, rg) exits. Pr
 running in its group (`server &`) are then stopped, like everything of the group on a timeout,
 when the reader has enough, or when the awaiting task is cancelled (abort): SIGTERM to the
 group, SIGKILL after a grace, the leader reaped. Orphaned members are reaped by init; a process
-that starts its own session (setsid, a daemon) leaves the group and cannot be reached: an honest
-limit of process groups.
+that starts its own session (setsid, a daemon) leaves the group and cannot be reached, except
+in the sandbox: `run_command` and `spawn_server` take a `confine` (sandbox.py's) that turns the
+argv into a `Launch` (bwrap and its PID namespace, which ends with the leader, or the launcher
+that stays as a subreaper), with the descriptors the child inherits, a `started` step once it
+runs, a `spawner` (the thread whose Landlock domain it must inherit) and a `release` once it
+has ended.
 
 The pipes are read through a SubprocessProtocol (the machinery under
 `asyncio.create_subprocess_exec`) rather than `Process.wait()`, because in current Python

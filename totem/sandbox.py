@@ -1,12 +1,12 @@
 """The kernel sandbox of every process the agent starts: the policy, what this kernel can enforce
 (probed once), and the argv that confines a child.
 
-Policy (one place; README "Security" says where each part holds):
+Policy (one place; README "The sandbox" says where each part holds):
 - write: only the session's folder (project or worktree), its private temp folder (bound as
   /tmp, and TMPDIR), /dev/null and ptys, and the folders of the setting `writable`. Inside the
   folder, `.git/hooks`, `.git/config` (`config.worktree`, `commondir`, `modules/`, a worktree's
-  own `commondir`, `gitdir` and `config.worktree`) and `.totem/` are read-only, and so is the
-  folder Totem runs from when it lies inside a writable one (its code, its UI, its Python).
+  own `commondir`, `gitdir` and `config.worktree`) and `.totem/` are read-only, and so are
+  Totem's own code, UI and Python where a writable folder holds them (INSTALL_PARTS).
 - read: everything programs need, never SECRET_PLACES (under $HOME), SYSTEM_SECRETS, Totem's
   data folder, its config file and its key, nor the places of the setting `secrets` (added to
   the list, never replacing it). A hidden place inside the project is hidden there too; a
@@ -20,27 +20,34 @@ Policy (one place; README "Security" says where each part holds):
   (`Confinement.explain`).
 
 Layers: bubblewrap (`bwrap`, looked for in `sandboxpath` only, never the person's PATH) gives
-the mounts: `--ro-bind / /`, the writable folders bound back, empty read-only binds over the
-hidden places, a PID namespace that ends with the command (`--unshare-pid --die-with-parent`), no
-capabilities as root, `--unshare-net` with the network off. Landlock on top, from the launcher
-`confine.py` run inside: with the network on, a ruleset refusing TCP connect to Totem's port
-(built once per server, passed as an fd) that also scopes signals and abstract unix sockets.
-Without bubblewrap, Landlock alone: file rules as an allow-list (the entries of `/` and of the
-hidden places' parents, minus the hidden places; writes per top-level entry of the project
-minus `.git` and `.totem`, so `.git` stays read-only and a new file at the project's top cannot
-be made), TCP rules, scoping, and the launcher stays as a subreaper that ends what is left.
-The process limit is a pids cgroup per command where one can be made (root), else RLIMIT_NPROC.
+the mounts: `--ro-bind / /`, the private temp folder as /tmp, the writable folders bound back,
+empty read-only binds over the hidden places, a PID namespace that ends with the command
+(`--unshare-pid --die-with-parent`), no capabilities as root, `--unshare-net` with the network
+off. bwrap waits on a pipe (`--block-fd`) once its namespaces are made, while the server puts
+its child in the command's pids cgroup (root) or lowers its RLIMIT_NPROC (an ordinary user:
+inside the user namespace only its processes count). Landlock on top, with the network on: a
+ruleset refusing TCP connect to Totem's port on every address and scoping signals and abstract
+unix sockets, built once per server and enforced on one thread of the server (`spawning.ConfinedLoop`,
+an event loop that only starts and watches these commands) whose children inherit its domain:
+making a domain of 65,534 port rules per command would cost some 20 ms. Without bubblewrap,
+Landlock alone, from the launcher `confine.py`: file rules as an allow-list (the entries of `/`
+and of the hidden places' parents, minus the hidden places; writes per top-level entry of the
+project minus `.git` and `.totem`, so `.git` stays read-only and a new file at the project's
+top cannot be made), TCP rules, scoping, no capabilities as root, and the launcher stays as a
+subreaper that ends what is left. A project MCP server (watched on the server's own loop) takes
+the network domain from the launcher too (`Confinement.launch_server`).
 
 Modes (`sandbox` in config.ini): `auto` confines with what holds and says what does not (the
 start-up line, `status()` for Account|read, `reach()` for every permission question);
 `required` refuses a command when a protection it needs is missing (SandboxRefused naming it),
 and never runs one outside the sandbox; `off` confines nothing and every question says so.
 
-API: `Sandbox(config)`; `await start(port)` (the probe and the network ruleset, in the
-background); `status()`; `confinement(root, sessionid, unattended, limits, outside=False)` ->
-`Confinement` with `reach()`, `await launch(argv)` -> `runner.Launch` (the `confine` of
-`runner.run_command` and `runner.spawn_server`) and `explain(output)`; `question_reach(tool,
-confinement)`; `await forget_session(sessionid)`; `await stop()`.
+API: `Sandbox(config)`; `start(port)` (the probe, in the background; the network ruleset and
+its thread at the first command that needs them); `await status()`; `confinement(root,
+sessionid, unattended, limits, outside=False)` -> `Confinement` with `reach()`,
+`await launch(argv)` -> `runner.Launch` (the `confine` of `runner.run_command`),
+`await launch_server(argv)` (that of `runner.spawn_server`) and `explain(output)`;
+`question_reach(confinement)`; `await forget_session(sessionid)`; `await stop()`.
 
 Must not: decide whether a command may run (permissions does), start a process but through the
 runner, or confine the server's own helpers (git, search) and the Terminal panel.
@@ -56,21 +63,19 @@ import logging
 import os
 import re
 import shutil
-import stat
 import sys
 import tempfile
-import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from . import confine, runner
+from . import confine, refusals, runner, spawning
 
 log = logging.getLogger("totem.sandbox")
 
 MODES = ("auto", "required", "off")
 # Where bwrap is looked for: the system's folders, never the person's or the project's PATH.
 SYSTEM_PATH = "/usr/bin:/bin:/usr/sbin:/sbin"
-# Under $HOME: credentials and keys of the usual tools (README "Security" lists them).
+# Under $HOME: credentials and keys of the usual tools (README "The sandbox" lists them).
 SECRET_PLACES = (
     ".ssh", ".aws", ".gnupg", ".config/gh", ".config/hub", ".netrc", ".git-credentials",
     ".config/git/credentials", ".docker/config.json", ".kube", ".pypirc",
@@ -96,10 +101,7 @@ PROJECT_READ_ONLY = (".totem",)
 # removed after the command (a mount cannot cover a file that does not exist yet).
 GIT_TRIPWIRES = ("commondir", "config.worktree")
 MAX_PROCESSES = 512
-MAX_NOTES = 4
 CGROUP_PREFIX = "totem-"
-CGROUP_END_TIMEOUT_S = 5.0
-CGROUP_POLL_S = 0.02
 PROBE_TIMEOUT_S = 20.0
 # The package managers' caches, redirected into the temp folder (HOME stays read-only).
 CACHE_VARIABLES = {
@@ -110,8 +112,10 @@ CACHE_VARIABLES = {
 }
 INSIDE_TMP = "/tmp"
 LAUNCHER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "confine.py")
-# The folder Totem runs from (its code, UI, virtual environment): read-only to commands.
+# The folder Totem runs from; its code, its UI and the Python it runs on are read-only to
+# commands where a writable folder holds them (a command must not change what the server runs).
 INSTALL_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+INSTALL_PARTS = ("totem", "static", "totem.py", ".venv")
 
 # What each protection means, by name (Account|read, the questions, `required`'s errors).
 PROTECTIONS = {
@@ -125,7 +129,7 @@ PROTECTIONS = {
     "processlimit": f"at most {MAX_PROCESSES} processes (a fork bomb ends)",
     "tmp": "a private temp folder",
 }
-# What no layer here closes, on any kernel (README "Security", "What is left").
+# What no layer here closes, on any kernel (README "The sandbox", "What is left").
 STILL_OPEN = (
     "UDP and pathname unix sockets that are not hidden, while the network is on",
     "other programs' ports on this machine, and Totem's port through another program (a proxy, a port forward)",
@@ -297,8 +301,8 @@ def make_policy(root: str, temp: str, network: bool, hidden: Iterable[str], writ
     elif gitdir:
         read_only += [os.path.join(gitdir, name) for name in GIT_READ_ONLY]
         tripwires = [os.path.join(gitdir, name) for name in GIT_TRIPWIRES]
-    if any(within(INSTALL_ROOT, folder) for folder in (root, *kept)):
-        read_only.append(INSTALL_ROOT)
+    runs = [os.path.join(INSTALL_ROOT, part) for part in INSTALL_PARTS] + [os.path.realpath(sys.prefix)]
+    read_only += [path for path in runs if any(within(path, folder) for folder in (root, *kept))]
     return Policy(root=root, temp=temp, network=network, writable=tuple(kept), hidden=hidden,
                   read_only=tuple(path for path in read_only if os.path.lexists(path)),
                   worktree_writable=tuple(path for path in worktree_writable if os.path.isdir(path)),
@@ -381,96 +385,6 @@ def readable_paths(policy: Policy, temp_base: str) -> list[str]:
                     if os.path.exists(path)]
 
 
-# -- what a refusal looks like in a command's output -------------------------------------------
-
-_REFUSED = re.compile(r"(read-only file system|permission denied|operation not permitted|"
-                      r"no such file or directory)", re.IGNORECASE)
-_PATH = re.compile(r"""(?:^|[\s'"`(=:])((?:~|\.{0,2})?/[^\s'"`():,;]+|\.[A-Za-z0-9_][^\s'"`():,;]*)""")
-# The name an error is about, right before it: "touch: cannot touch 'x': ", "bash: line 1: x: ".
-_NAMED = re.compile(r"""(?:^|: |\s)['"`‘]?([^\s'"`’:]+)['"`’]?: $""")
-_NO_NETWORK = re.compile(r"network is unreachable|could not resolve host|temporary failure in name resolution|"
-                         r"name or service not known|no address associated with hostname|"
-                         r"nodename nor servname", re.IGNORECASE)
-
-
-def explain(output: str, policy: Policy, port: int | None) -> list[str]:
-    """Lines that name what the sandbox refused, read from a command's output (the errors of
-    programs that name a path: "Read-only file system", "Permission denied", ...; failed name
-    look-ups with the network off; Totem's own port)."""
-    notes: list[str] = []
-    home = home_folder()
-    for line in output.splitlines()[-2000:]:
-        if len(notes) >= MAX_NOTES:
-            break
-        refused = _REFUSED.search(line)
-        if refused:
-            # The path the error is about: the last one before the error's words (a shell or a
-            # program names itself first: "/bin/bash: line 1: /root/x: Read-only file system").
-            before = line[:refused.start()]
-            named = _NAMED.search(before)  # "...: <name>: Permission denied", the name quoted or not
-            paths = [named.group(1)] if named else []
-            paths = paths or [match.group(1) for match in _PATH.finditer(before)][-1:] or \
-                [match.group(1) for match in _PATH.finditer(line[refused.end():])][:1]
-            for text in paths:
-                note = _path_note(text.rstrip("."), line, policy, home)
-                if note and note not in notes:
-                    notes.append(note)
-        if not policy.network and _NO_NETWORK.search(line):
-            note = ("[the sandbox has the network off for this command (settings network, unattendednetwork); "
-                    "it may ask to run outside the sandbox]")
-            if note not in notes:
-                notes.append(note)
-        if policy.network and port and re.search(rf"(?:port |:){port}\b", line) and re.search(
-                r"permission denied|couldn't connect|connection refused|failed to connect", line, re.IGNORECASE):
-            _add(notes, _own_port_note(port))
-    # Landlock refuses a TCP connect with EACCES, which programs print without the port.
-    if policy.network and port and re.search(r"connect", output, re.IGNORECASE) and \
-            re.search(r"permission denied|errno 13\b|eacces", output, re.IGNORECASE) and \
-            not any("refused writing" in note or "hides" in note for note in notes):
-        _add(notes, _own_port_note(port))
-    return notes[:MAX_NOTES]
-
-
-def _own_port_note(port: int) -> str:
-    return f"[the sandbox refuses connections to Totem's own port {port}, on every address]"
-
-
-def _add(notes: list[str], note: str) -> None:
-    if note not in notes:
-        notes.append(note)
-
-
-def _path_note(text: str, line: str, policy: Policy, home: str) -> str | None:
-    if text.startswith("~"):
-        path = home + text[1:]
-    elif text.startswith("/"):
-        path = text
-    else:
-        path = os.path.join(policy.root, text)
-    path = os.path.normpath(path)
-    if within(path, INSIDE_TMP):
-        return None
-    shown = text
-    if any(within(path, place) for place in policy.hidden):
-        return f"[the sandbox hides {shown}: a secret place (or Totem's own data) that commands cannot read]"
-    if "no such file" in line.lower():
-        return None
-    dot_git = os.path.join(policy.root, ".git")
-    protected = any(within(path, place) for place in policy.read_only) or within(path, dot_git)
-    if protected and any(within(path, folder) for folder in (policy.root, *policy.writable)):
-        return (f"[the sandbox refused writing {shown}: .git/hooks, .git/config and .totem/ are read-only "
-                    "to commands; a git command that must write them may ask to run outside the sandbox]")
-    writable = (policy.root, *policy.writable, policy.temp, *policy.worktree_writable)
-    if policy.landlock_alone and os.path.dirname(path) == policy.root and not os.path.lexists(path):
-        return (f"[the sandbox refused making {shown}: without bubblewrap (Landlock alone) a command cannot make "
-                "a new file or folder at the top of the project, which keeps .git read-only; make it with the "
-                "write tool, or inside a folder of the project]")
-    if any(within(path, folder) for folder in writable):
-        return None
-    return (f"[the sandbox refused writing {shown}: outside the folders this command may write "
-            "(the project, its temp folder $TMPDIR and the setting writable)]")
-
-
 # -- the service ----------------------------------------------------------------------------------
 
 @dataclass
@@ -480,7 +394,7 @@ class _Setup:
     tcp_ruleset: int | None = None  # refuses all TCP (network off, Landlock alone)
     problems: list[str] = field(default_factory=list)
     rulesets: asyncio.Future | None = None  # built at the first command that needs them
-    spawner: _ConfinedLoop | None = None  # the thread that holds `port_ruleset`'s domain
+    spawner: spawning.ConfinedLoop | None = None  # the thread that holds `port_ruleset`'s domain
 
     def close(self) -> None:
         for fd in (self.port_ruleset, self.tcp_ruleset):
@@ -488,87 +402,6 @@ class _Setup:
                 with contextlib.suppress(OSError):
                     os.close(fd)
         self.port_ruleset = self.tcp_ruleset = None
-
-
-class _ConfinedLoop:
-    """An event loop in a thread of its own that holds the Landlock domain refusing Totem's
-    port: a command forked from it inherits the domain, where making one per command would
-    cost some 20 ms (the kernel copies its 65,534 port rules). It only starts and watches
-    confined commands (runner.Launch.spawner); nothing else runs on it."""
-
-    def __init__(self, ruleset: int) -> None:
-        self.ruleset = ruleset
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.thread: threading.Thread | None = None
-        self.problem = ""
-
-    async def start(self) -> bool:
-        """Start the thread and enforce the ruleset on it; False (and `problem`) when the
-        kernel refuses."""
-        ready = threading.Event()
-        self.thread = threading.Thread(target=self._main, args=(ready,), name="totem-sandbox-spawner", daemon=True)
-        self.thread.start()
-        await asyncio.to_thread(ready.wait)
-        return self.loop is not None
-
-    def _main(self, ready: threading.Event) -> None:
-        try:
-            confine.restrict_this_thread(self.ruleset)
-        except OSError as exc:
-            self.problem = str(exc)
-            ready.set()
-            return
-        loop = asyncio.new_event_loop()
-        self.loop = loop
-        ready.set()
-        try:
-            loop.run_forever()
-        finally:
-            loop.close()
-
-    async def run(self, work):
-        """Run `work()` (a coroutine function) on this loop and return what it returns (or
-        raise what it raises). Cancelling the caller cancels it there and waits until it has
-        ended (the child's group stopped), then re-raises."""
-        assert self.loop is not None
-        here = asyncio.get_running_loop()
-        ended = here.create_future()
-        tasks: list[asyncio.Task] = []
-
-        def begin() -> None:  # on this loop's thread
-            task = asyncio.ensure_future(work())
-            tasks.append(task)
-            task.add_done_callback(lambda task: here.call_soon_threadsafe(_settle, ended, task))
-
-        self.loop.call_soon_threadsafe(begin)
-        try:
-            return await asyncio.shield(ended)
-        except asyncio.CancelledError:
-            # After `begin` on the same queue: the task exists when this runs.
-            self.loop.call_soon_threadsafe(lambda: tasks and tasks[0].cancel())
-            while not ended.done():
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.shield(ended)
-            if not ended.cancelled():
-                ended.exception()  # retrieved: the cancellation is what goes on
-            raise
-
-    async def stop(self) -> None:
-        if self.loop is not None and self.thread is not None:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            await asyncio.to_thread(self.thread.join)
-
-
-def _settle(future: asyncio.Future, task: asyncio.Task) -> None:
-    """Give `future` the outcome of a finished task of another loop."""
-    if future.done():
-        return
-    if task.cancelled():
-        future.cancel()
-    elif task.exception() is not None:
-        future.set_exception(task.exception())  # type: ignore[arg-type]
-    else:
-        future.set_result(task.result())
 
 
 class Confinement:
@@ -606,23 +439,21 @@ class Confinement:
         """Notes naming what the sandbox refused, read from the command's output."""
         if self.policy is None:
             return []
-        return explain(output, self.policy, self.sandbox.port)
+        return refusals.explain(output, self.policy, self.sandbox.port, home_folder())
 
 
 class Sandbox:
     """The sandbox of one Totem: its mode, the kernel's offer, the temp folders, the rulesets."""
 
     def __init__(self, config) -> None:
-        self.mode = getattr(config, "sandbox", "auto")
-        self.search_path = getattr(config, "sandboxpath", SYSTEM_PATH)
+        self.mode = config.sandbox
+        self.search_path = config.sandboxpath
         self.data_dir = os.path.realpath(config.data)
         # Its config file, and the one beside totem.py (the default one) whatever was read.
         self.config_files = tuple(dict.fromkeys(os.path.realpath(path) for path in (
-            getattr(config, "source", ""), os.path.join(INSTALL_ROOT, "config.ini")) if path))
-        self.defaults = {"network": getattr(config, "network", True),
-                         "unattendednetwork": getattr(config, "unattendednetwork", False),
-                         "writable": tuple(getattr(config, "writable", ())),
-                         "secrets": tuple(getattr(config, "secrets", ()))}
+            config.source, os.path.join(INSTALL_ROOT, "config.ini")) if path))
+        self.defaults = {"network": config.network, "unattendednetwork": config.unattendednetwork,
+                         "writable": tuple(config.writable), "secrets": tuple(config.secrets)}
         self.port: int | None = None
         self._setup: asyncio.Future | None = None
         self._temp_base: str | None = None
@@ -688,10 +519,10 @@ class Sandbox:
                     await setup.spawner.stop()
                 setup.close()
         for path in list(self._cgroups):
-            await _end_cgroup(path, None)
+            await spawning.end_cgroup(path, None)
             self._cgroups.discard(path)
         if self._temp_base is not None:
-            await asyncio.to_thread(_remove_tree, self._temp_base)
+            await asyncio.to_thread(spawning.remove_tree, self._temp_base)
             self._temp_base = None
             self._sessions.clear()
 
@@ -699,7 +530,7 @@ class Sandbox:
         """A removed session: its temp folder goes."""
         folder = self._sessions.pop(sessionid, None)
         if folder is not None:
-            await asyncio.to_thread(_remove_tree, folder)
+            await asyncio.to_thread(spawning.remove_tree, folder)
 
     # -- one call's confinement --------------------------------------------------------------
 
@@ -724,10 +555,12 @@ class Sandbox:
             policy = dataclasses.replace(policy, landlock_alone=True)
         return Confinement(self, policy)
 
-    def question_reach(self, confinement: Confinement | None) -> dict:
-        """What a permission question shows of the sandbox: the reach of a command, or for
-        another tool, only that the sandbox is off."""
+    async def question_reach(self, confinement: Confinement | None) -> dict:
+        """What a permission question shows of the sandbox: the reach of a command (once the
+        probe has said what holds), or for another tool, only that the sandbox is off."""
         if confinement is not None:
+            if confinement.policy is not None:
+                await self.ready()
             return confinement.reach()
         return {"confined": False, "why": "sandbox = off"} if self.mode == "off" else {}
 
@@ -762,15 +595,18 @@ class Sandbox:
             raise SandboxRefused("sandbox = required, and this command would run without: " + "; ".join(
                 f"{PROTECTIONS[name]} ({why})" for name, why in missing.items()))
         kernel = setup.kernel
+        if kernel.bwrap is None and not policy.landlock_alone:  # made before the probe had said
+            policy = confinement.policy = dataclasses.replace(policy, landlock_alone=True)
         os.makedirs(policy.temp, mode=0o700, exist_ok=True)
         if kernel.bwrap is None and kernel.landlock < 1:
             return runner.Launch(argv, env=self._environment(policy, policy.temp))
         before = {path: os.path.lexists(path) for path in policy.tripwires}
         cgroup = cgroup_fd = None
         if kernel.cgroup is not None:
-            cgroup, cgroup_fd = _make_cgroup(kernel.cgroup, f"{CGROUP_PREFIX}{os.getpid()}-{next(self._counter)}")
+            name = f"{CGROUP_PREFIX}{os.getpid()}-{next(self._counter)}"
+            cgroup, cgroup_fd = spawning.make_cgroup(kernel.cgroup, name, MAX_PROCESSES)
             self._cgroups.add(cgroup)
-        fds = _Descriptors()
+        fds = spawning.Descriptors()
         if cgroup_fd is not None:
             fds.own(cgroup_fd)
         try:
@@ -782,20 +618,20 @@ class Sandbox:
         except BaseException:
             fds.close_all()
             if cgroup is not None:
-                await _end_cgroup(cgroup, None)
+                await spawning.end_cgroup(cgroup, None)
             raise
 
         async def release() -> None:
             fds.close_all()
             if cgroup is not None:
-                await _end_cgroup(cgroup, None)
+                await spawning.end_cgroup(cgroup, None)
                 self._cgroups.discard(cgroup)
             _spring_tripwires(before)
 
         return dataclasses.replace(launch, release=release)
 
-    def _bwrap_launch(self, setup: _Setup, policy: Policy, argv: list[str], fds: _Descriptors,
-                      cgroup_fd: int | None, spawner: _ConfinedLoop | None) -> runner.Launch:
+    def _bwrap_launch(self, setup: _Setup, policy: Policy, argv: list[str], fds: spawning.Descriptors,
+                      cgroup_fd: int | None, spawner: spawning.ConfinedLoop | None) -> runner.Launch:
         """bwrap for the mounts and namespaces; the launcher inside it only where Landlock must
         refuse Totem's port (the network on). bwrap waits on a pipe once its namespaces are
         made, while `started` puts its child in the command's cgroup (root) or limits its
@@ -816,10 +652,10 @@ class Sandbox:
         async def started(_pid: int) -> None:
             fds.close(info_w)
             fds.close(block_r)
-            child = await _child_pid(info_r)
+            child = await spawning.bwrap_child_pid(info_r)
             fds.close(info_r)
             if child is not None:
-                _limit_child(child, cgroup_fd, kernel.root)
+                spawning.limit_child(child, cgroup_fd, kernel.root, MAX_PROCESSES)
             os.write(block_w, b"1")
             fds.close(block_w)
 
@@ -827,7 +663,7 @@ class Sandbox:
                              started=started, spawner=spawner.run if spawner is not None else None)
 
     async def _landlock_launch(self, setup: _Setup, policy: Policy, argv: list[str], cgroup_fd: int | None,
-                               spawner: _ConfinedLoop | None) -> runner.Launch:
+                               spawner: spawning.ConfinedLoop | None) -> runner.Launch:
         """Landlock alone: the launcher joins the cgroup (or limits processes), applies the
         network ruleset and the file rules it is given, and stays as the subreaper."""
         kernel = setup.kernel
@@ -876,7 +712,7 @@ class Sandbox:
         await self._start_spawner(setup)
 
     async def _start_spawner(self, setup: _Setup) -> None:
-        spawner = _ConfinedLoop(setup.port_ruleset) if setup.port_ruleset is not None else None
+        spawner = spawning.ConfinedLoop(setup.port_ruleset) if setup.port_ruleset is not None else None
         if spawner is not None and await spawner.start():
             setup.spawner = spawner
         elif spawner is not None:
@@ -918,7 +754,9 @@ async def probe(search_path: str = SYSTEM_PATH) -> Kernel:
         problem = await _try_bwrap(bwrap, root)
         if problem:
             bwrap = None
-    cgroup, cgroup_problem = (None, "") if not root else await asyncio.to_thread(_find_cgroup)
+    cgroup, cgroup_problem = (None, "")
+    if root:
+        cgroup, cgroup_problem = await asyncio.to_thread(spawning.find_pids_hierarchy, MAX_PROCESSES)
     return Kernel(root=root, landlock=abi, bwrap=bwrap, bwrap_problem=problem, cgroup=cgroup,
                   cgroup_problem=cgroup_problem)
 
@@ -940,151 +778,6 @@ async def _try_bwrap(bwrap: str, root: bool) -> str:
     return ""
 
 
-def _find_cgroup() -> tuple[str | None, str]:
-    """The pids hierarchy where this process can make a cgroup with pids.max: cgroup v1's
-    /sys/fs/cgroup/pids, or v2's /sys/fs/cgroup with the pids controller."""
-    problems = []
-    for hierarchy in ("/sys/fs/cgroup/pids", "/sys/fs/cgroup"):
-        if not os.path.exists(os.path.join(hierarchy, "cgroup.procs")):
-            continue
-        if hierarchy == "/sys/fs/cgroup":
-            try:
-                with open(os.path.join(hierarchy, "cgroup.controllers"), encoding="ascii") as handle:
-                    if "pids" not in handle.read().split():
-                        problems.append("cgroup v2 has no pids controller here")
-                        continue
-                with open(os.path.join(hierarchy, "cgroup.subtree_control"), "w", encoding="ascii") as handle:
-                    handle.write("+pids")
-            except OSError as exc:
-                problems.append(f"{hierarchy}: {exc.strerror}")
-                continue
-        try:
-            path, fd = _make_cgroup(hierarchy, f"{CGROUP_PREFIX}{os.getpid()}-probe")
-            os.close(fd)
-            os.rmdir(path)
-        except OSError as exc:
-            problems.append(f"{hierarchy}: {exc.strerror}")
-            continue
-        return hierarchy, ""
-    return None, "; ".join(problems) or "no pids cgroup hierarchy is mounted"
-
-
-def _make_cgroup(hierarchy: str, name: str) -> tuple[str, int]:
-    """A new cgroup with pids.max, and its cgroup.procs open for writing. Raises OSError."""
-    path = os.path.join(hierarchy, name)
-    os.mkdir(path, 0o755)
-    try:
-        with open(os.path.join(path, "pids.max"), "w", encoding="ascii") as handle:
-            handle.write(str(MAX_PROCESSES))
-        fd = os.open(os.path.join(path, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
-    except OSError:
-        os.rmdir(path)
-        raise
-    return path, fd
-
-
-async def _end_cgroup(path: str, fd: int | None) -> None:
-    """Kill what is left in a command's cgroup, then remove it (given up after a while: a
-    process stuck in the kernel keeps it; the server's stop tries again)."""
-    if fd is not None:
-        with contextlib.suppress(OSError):
-            os.close(fd)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + CGROUP_END_TIMEOUT_S
-    while True:
-        try:
-            with open(os.path.join(path, "cgroup.procs"), encoding="ascii") as handle:
-                pids = [int(line) for line in handle.read().split()]
-        except FileNotFoundError:
-            return
-        except OSError:
-            pids = []
-        for pid in pids:
-            with contextlib.suppress(OSError):
-                os.kill(pid, 9)
-        if not pids:
-            try:
-                os.rmdir(path)
-                return
-            except FileNotFoundError:
-                return
-            except OSError:
-                pass
-        if loop.time() > deadline:
-            log.warning("the cgroup %s could not be removed", path)
-            return
-        await asyncio.sleep(CGROUP_POLL_S)
-
-
-class _Descriptors:
-    """The descriptors of one launch in the server, each closed once."""
-
-    def __init__(self) -> None:
-        self.open: set[int] = set()
-
-    def own(self, fd: int) -> int:
-        self.open.add(fd)
-        return fd
-
-    def pipe(self) -> tuple[int, int]:
-        read, write = os.pipe2(os.O_CLOEXEC)
-        return self.own(read), self.own(write)
-
-    def close(self, fd: int) -> None:
-        if fd in self.open:
-            self.open.discard(fd)
-            with contextlib.suppress(OSError):
-                os.close(fd)
-
-    def close_all(self) -> None:
-        for fd in list(self.open):
-            self.close(fd)
-
-
-async def _child_pid(fd: int) -> int | None:
-    """The pid (in the server's namespace) of bwrap's child, from what `--info-fd` writes
-    (a JSON object, then the end of the pipe); None when bwrap ended before it said."""
-    loop = asyncio.get_running_loop()
-    done = loop.create_future()
-    data = bytearray()
-
-    def readable() -> None:
-        try:
-            chunk = os.read(fd, 4096)
-        except BlockingIOError:
-            return
-        except OSError:
-            chunk = b""
-        data.extend(chunk)
-        if not chunk and not done.done():
-            done.set_result(None)
-
-    os.set_blocking(fd, False)
-    loop.add_reader(fd, readable)
-    try:
-        async with asyncio.timeout(PROBE_TIMEOUT_S):
-            await done
-    finally:
-        loop.remove_reader(fd)
-    match = re.search(rb'"child-pid"\s*:\s*(\d+)', bytes(data))
-    return int(match.group(1)) if match else None
-
-
-def _limit_child(pid: int, cgroup_fd: int | None, root_user: bool) -> None:
-    """Put bwrap's child (still waiting) in the command's cgroup, or, for an ordinary user,
-    limit its processes: its RLIMIT_NPROC counts only its user namespace's. Raises
-    runner.CommandError when neither can be done (the command must not go on)."""
-    try:
-        if cgroup_fd is not None:
-            os.write(cgroup_fd, str(pid).encode())
-        elif not root_user:
-            import resource  # only an ordinary user's launch needs it
-
-            resource.prlimit(pid, resource.RLIMIT_NPROC, (MAX_PROCESSES, MAX_PROCESSES))
-    except (OSError, ValueError) as exc:
-        raise runner.CommandError(f"the sandbox could not limit the command's processes: {exc}") from None
-
-
 def _spring_tripwires(before: Mapping[str, bool]) -> None:
     """Remove a file that makes git read another configuration, made during the command."""
     for path, existed in before.items():
@@ -1099,18 +792,3 @@ def _spring_tripwires(before: Mapping[str, bool]) -> None:
 
 def _safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", text)[:64] or "session"
-
-
-def _remove_tree(path: str) -> None:
-    """Remove a temp folder, also the read-only folders a command left (Go's module cache)."""
-    def retry(function, failed, _exc) -> None:
-        with contextlib.suppress(OSError):
-            os.chmod(os.path.dirname(failed), stat.S_IRWXU)
-            if os.path.isdir(failed) and not os.path.islink(failed):
-                os.chmod(failed, stat.S_IRWXU)
-            function(failed)
-
-    if sys.version_info >= (3, 12):
-        shutil.rmtree(path, onexc=retry)
-    else:
-        shutil.rmtree(path, onerror=retry)

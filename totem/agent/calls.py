@@ -75,7 +75,7 @@ class ToolCalls:
             return
         data["subjects"] = list(subjects)
         confinement = self.confinement(asker, tool, args, limits or {})
-        reach = self.sandbox.question_reach(confinement) if self.sandbox is not None else {}
+        reach = await self.sandbox.question_reach(confinement) if self.sandbox is not None else {}
         if reach:
             data["reach"] = reach
         data["decision"] = await self.gate.settle(

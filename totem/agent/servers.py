@@ -93,7 +93,7 @@ class ProjectServers:
         if self.sandbox is not None and definition.transport == "stdio":
             confinement = self.sandbox.confinement(asker.root, asker.sessionid, asker.scheduled or asker.depth > 0,
                                                    limits)
-        reach = self.sandbox.question_reach(confinement) if self.sandbox is not None else {}
+        reach = await self.sandbox.question_reach(confinement) if self.sandbox is not None else {}
         part = await notes.open({"tool": "mcp-start", "input": shown, "subjects": [definition.subject]}
                                 | ({"reach": reach} if reach else {}))
         record = await self.gate.settle(asker, "mcp-start", (definition.subject,), shown,
