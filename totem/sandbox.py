@@ -442,6 +442,18 @@ class Confinement:
         return refusals.explain(output, self.policy, self.sandbox.port, home_folder())
 
 
+def absolute_program(program: str, cwd: str) -> str:
+    """The program as the launcher needs it, an absolute path: a bare name (`sh`, `npx` of an MCP
+    server's definition) found on the children's PATH as the runner would find it, a relative
+    path taken from the folder the child starts in. A name that is found nowhere stays as it
+    is, for the start to fail with the runner's own message."""
+    if os.path.isabs(program):
+        return program
+    if "/" in program:
+        return os.path.normpath(os.path.join(cwd, program))
+    return shutil.which(program, path=runner.minimal_environment()["PATH"]) or program
+
+
 class Sandbox:
     """The sandbox of one Totem: its mode, the kernel's offer, the temp folders, the rulesets."""
 
@@ -594,6 +606,7 @@ class Sandbox:
         if self.mode == "required" and missing:
             raise SandboxRefused("sandbox = required, and this command would run without: " + "; ".join(
                 f"{PROTECTIONS[name]} ({why})" for name, why in missing.items()))
+        argv = [absolute_program(argv[0], policy.root), *argv[1:]]
         kernel = setup.kernel
         if kernel.bwrap is None and not policy.landlock_alone:  # made before the probe had said
             policy = confinement.policy = dataclasses.replace(policy, landlock_alone=True)
