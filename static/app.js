@@ -916,9 +916,24 @@ window.addEventListener('hashchange', () => { followAddress().catch((error) => t
 
 // -- start -----------------------------------------------------------------------------------
 
+// The header's mark of the sandbox of commands: which protections hold (Account|read).
+function paintSandbox(status) {
+  const mark = byId('sandbox-mark');
+  if (!status) return;
+  const missing = Object.entries(status.missing ?? {});
+  mark.dataset.state = status.mode === 'off' ? 'off' : missing.length ? 'partial' : 'full';
+  mark.textContent = status.mode === 'off' ? 'Sandbox off' : missing.length ? 'Sandbox: partial' : 'Sandboxed';
+  mark.title = status.mode === 'off' ? 'sandbox = off in config.ini: commands run with all your rights'
+    : [`Commands run under ${(status.layers ?? []).join(' + ') || 'nothing'} (sandbox = ${status.mode}).`,
+      `Holds: ${(status.holds ?? []).join(', ') || 'nothing'}.`,
+      ...missing.map(([name, why]) => `Not held: ${name} (${why}).`)].join('\n');
+  mark.hidden = false;
+}
+
 async function start() {
   const account = await api('account');
   byId('sign-out').hidden = !account.token;
+  paintSandbox(account.sandbox);
   socket.connect();
   const [projects] = await Promise.all([api('projects'), loadCatalog()]);
   state.projects = projects;

@@ -242,6 +242,27 @@ function serverStartView(input) {
 // input a click away; a server's start its definition; an MCP tool's call its arguments; any
 // other call shows its input.
 function inputView(data) {
+  return [reachView(data), callView(data)];
+}
+
+// What a command will be able to reach (the sandbox), or why nothing confines it.
+function reachView(data) {
+  const reach = data.reach && typeof data.reach === 'object' ? data.reach : null;
+  if (!reach || !('confined' in reach)) return null;
+  const once = data.once_only ? h('div', { className: 'muted' }, 'Answer once or reject: this is never stored as a rule.') : null;
+  if (!reach.confined) {
+    return h('div', { className: 'ask-reach', dataset: { confined: 'false' } },
+      h('strong', null, 'Not confined'), ` (${reveal(String(reach.why ?? ''))}): it can do all you can.`, once);
+  }
+  const writes = (Array.isArray(reach.writes) ? reach.writes : []).map((folder) => h('code', null, reveal(String(folder))));
+  const missing = reach.missing && typeof reach.missing === 'object' ? Object.keys(reach.missing) : [];
+  return h('div', { className: 'ask-reach', dataset: { confined: 'true' } },
+    'Sandboxed: writes only ', writes.flatMap((code, index) => (index ? [', ', code] : [code])),
+    `; network ${reach.network ? 'on (never Totem\'s own port)' : 'off'}`,
+    missing.length ? h('span', { className: 'ask-reach-missing' }, `; not held here: ${missing.join(', ')}`) : null, once);
+}
+
+function callView(data) {
   const given = data.input && typeof data.input === 'object' ? data.input : null;
   if (data.tool === 'mcp-start' && given) return serverStartView(given);
   if (data.tool === 'mcp' && given && 'arguments' in given) {

@@ -335,9 +335,13 @@ export class SettingsDialog {
   row(key, item) {
     const id = `setting-${key}`;
     const integer = item.type === 'integer';
-    const input = h('input', { id, type: 'number', className: 'setting-input', step: integer ? '1' : 'any',
-      min: item.min, max: item.max, inputMode: integer ? 'numeric' : 'decimal', spellcheck: false,
-      placeholder: item.nullable ? 'provider default' : '', 'aria-describedby': `${id}-about` });
+    const numeric = item.type === 'integer' || item.type === 'number';
+    const input = numeric
+      ? h('input', { id, type: 'number', className: 'setting-input', step: integer ? '1' : 'any',
+        min: item.min, max: item.max, inputMode: integer ? 'numeric' : 'decimal', spellcheck: false,
+        placeholder: item.nullable ? 'provider default' : '', 'aria-describedby': `${id}-about` })
+      : h('input', { id, type: 'text', className: 'setting-input', spellcheck: false, dataset: { kind: item.type },
+        placeholder: item.type === 'paths' ? '/a/folder:/another' : 'true or false', 'aria-describedby': `${id}-about` });
     const value = h('strong', { className: 'setting-value' });
     const source = h('span', { className: 'setting-source', title: "config.ini, or Totem's own default where config.ini says nothing" });
     const clear = h('button', { type: 'button', className: 'small setting-clear', onclick: () => this.save(key, { clear: true }) }, 'Clear');
@@ -366,13 +370,15 @@ export class SettingsDialog {
   paintRow(key, item, fill) {
     const row = this.rows.get(key);
     row.item = item;
-    row.value.textContent = item.value === null || item.value === undefined ? "the provider's default" : String(item.value);
+    row.value.textContent = item.value === null || item.value === undefined ? "the provider's default"
+      : Array.isArray(item.value) ? (item.value.join(':') || 'none') : String(item.value);
     row.source.textContent = `from ${SOURCES[item.source] ?? item.source}`;
     row.source.dataset.source = item.source;
     row.element.dataset.source = item.source;
     row.clear.hidden = item.source !== this.scope;
     row.clear.title = `Remove the value set for ${SCOPE_WORDS[this.scope]}: the one of ${BELOW[this.scope]} applies again`;
-    if (fill) row.input.value = item.value === null || item.value === undefined ? '' : String(item.value);
+    if (fill) row.input.value = item.value === null || item.value === undefined ? ''
+      : Array.isArray(item.value) ? item.value.join(':') : String(item.value);
   }
 
   fieldError(key, text) {
@@ -413,6 +419,8 @@ export class SettingsDialog {
 // it for the others); a number as a number.
 function inputValue(input) {
   const text = input.value.trim();
+  if (input.dataset.kind === 'paths') return text.split(':').map((part) => part.trim()).filter(Boolean);
+  if (input.dataset.kind === 'boolean' && (text === 'true' || text === 'false')) return text === 'true';
   if (!text) return null;
   const number = Number(text);
   return Number.isFinite(number) ? number : text;
@@ -420,6 +428,8 @@ function inputValue(input) {
 
 function rangeText(item) {
   const shown = (n) => String(n);
+  if (item.type === 'boolean') return 'true or false';
+  if (item.type === 'paths') return `at most ${shown(item.max)} absolute paths, separated by :`;
   return `${item.type === 'integer' ? 'an integer' : 'a number'} from ${shown(item.min)} to ${shown(item.max)}`
     + `${item.nullable ? "; empty: the provider's default" : ''}`;
 }

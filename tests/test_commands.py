@@ -65,36 +65,6 @@ class CommandsTest(LoopCase):
         self.assertLess(len(result), 60_000)
         self.assertLess(grown_mb, 150)
 
-    async def test_abort_kills_process_tree(self):
-        """Abort during `sh -c 'sleep 100 & sleep 100'` kills the whole tree."""
-        self.model.script(reply(tool_calls=[("bash", {"command": "sh -c 'sleep 100 & sleep 100' & echo $! > pid; wait"})]))
-        await self.prompt()
-        while True:
-            event = await next_event(self.ws)
-            if event["type"] == "permission.ask":
-                await call(self.app, "permissions_reply", {"reply": "once"}, ident=event["data"]["id"])
-            if event["type"] == "part.updated" and event["data"]["part"]["status"] == "running":
-                break
-        pid_file = os.path.join(self.folder("proj"), "pid")
-        pid = ""
-        for _ in range(200):
-            if os.path.exists(pid_file):
-                with open(pid_file) as handle:
-                    pid = handle.read().strip()
-                if pid:
-                    break
-            await asyncio.sleep(10 * MS)
-        pgid = os.getpgid(int(pid))
-        started = time.monotonic()
-        await call(self.app, "sessions_abort", ident=self.session["id"], method="POST")
-        await self.events_until("aborted")
-        self.assertLess(time.monotonic() - started, 1.5)
-        for _ in range(300):
-            if not group_running(pgid):
-                break
-            await asyncio.sleep(10 * MS)
-        self.assertFalse(group_running(pgid))
-
     async def test_child_environment_minimal(self):
         """`env` in a command shows none of the server's variables."""
         os.environ["TOTEM_TEST_SERVER_SECRET"] = "server-only-value"
@@ -224,3 +194,40 @@ class CommandsTest(LoopCase):
         answer = await call(self.app, "sessions_jobstop", {"job": job["id"]}, ident=self.session["id"])
         self.assertEqual(answer.status, 403)
         self.assertEqual(self.app.jobs.list(self.session["id"])[0]["status"], "running")
+
+
+class UnconfinedCommandsTest(LoopCase):
+    """What only the host's view of a command shows: its pids, outside any sandbox's PID namespace
+    (tests/test_sandbox.py shows the abort of a confined one)."""
+
+    settings = {"sandbox": "off"}
+
+    async def test_abort_kills_process_tree(self):
+        """Abort during `sh -c 'sleep 100 & sleep 100'` kills the whole tree."""
+        self.model.script(reply(tool_calls=[("bash", {"command": "sh -c 'sleep 100 & sleep 100' & echo $! > pid; wait"})]))
+        await self.prompt()
+        while True:
+            event = await next_event(self.ws)
+            if event["type"] == "permission.ask":
+                await call(self.app, "permissions_reply", {"reply": "once"}, ident=event["data"]["id"])
+            if event["type"] == "part.updated" and event["data"]["part"]["status"] == "running":
+                break
+        pid_file = os.path.join(self.folder("proj"), "pid")
+        pid = ""
+        for _ in range(200):
+            if os.path.exists(pid_file):
+                with open(pid_file) as handle:
+                    pid = handle.read().strip()
+                if pid:
+                    break
+            await asyncio.sleep(10 * MS)
+        pgid = os.getpgid(int(pid))
+        started = time.monotonic()
+        await call(self.app, "sessions_abort", ident=self.session["id"], method="POST")
+        await self.events_until("aborted")
+        self.assertLess(time.monotonic() - started, 1.5)
+        for _ in range(300):
+            if not group_running(pgid):
+                break
+            await asyncio.sleep(10 * MS)
+        self.assertFalse(group_running(pgid))

@@ -40,7 +40,7 @@ class ConfigTest(unittest.TestCase):
 
     def test_every_key_in_config_dataclass(self):
         """KEYS and the Config fields agree."""
-        self.assertEqual([k.name for k in KEYS] + ["rules"], list(Config.__dataclass_fields__))
+        self.assertEqual([k.name for k in KEYS] + ["rules", "source"], list(Config.__dataclass_fields__))
 
     def test_bad_values_name_key(self):
         """A bad value stops with one line naming the key and what is allowed."""

@@ -12,8 +12,11 @@ import ast
 import pathlib
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "totem"
-# Relative to PACKAGE. The terminal will use pty when it lands; today only the runner is allowed.
-ALLOWED = {"runner.py"}
+# Relative to PACKAGE. The runner starts every child; confine.py is the sandbox's launcher, a
+# separate single-threaded process (never imported to start anything): once it has confined
+# itself it execs the command, or forks it and stays as its subreaper. It is started only by
+# the runner, with the argv that sandbox.py builds.
+ALLOWED = {"runner.py", "confine.py"}
 # Importing any of these (or from them) is a way to start processes.
 PROCESS_MODULES = {"subprocess", "pty", "multiprocessing", "asyncio.subprocess",
                    "concurrent.futures.process"}

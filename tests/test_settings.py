@@ -30,7 +30,9 @@ class LayersTest(SettingsCase):
         self.assertEqual({k: (v["value"], v["source"]) for k, v in fresh.items()},
                          {"steps": (50, "config"), "commandtimeout": (120, "config"), "outputcap": (30000, "config"),
                           "temperature": (None, "config"), "forge": (True, "config"),
-                          "forgedocs": (True, "config"), "selfcheck": (False, "config")})
+                          "forgedocs": (True, "config"), "selfcheck": (False, "config"),
+                          "network": (True, "config"), "unattendednetwork": (False, "config"),
+                          "writable": ([], "config"), "secrets": ([], "config")})
         await self.save(scope="all", key="steps", value=40)
         self.assertEqual((await self.read(sessionid=sid))["steps"], fresh["steps"] | {"value": 40, "source": "all"})
         await self.save(scope="project", projectid=pid, key="steps", value=30)

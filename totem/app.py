@@ -29,6 +29,7 @@ from .vault import Vault
 
 if TYPE_CHECKING:
     from .core import Core, Services
+    from .sandbox import Sandbox
 
 STATIC_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "static")
 
@@ -55,6 +56,8 @@ class App:
         self.config = config
         self.store = Store(config.data)
         self.vault = Vault.open(config)  # reads or creates <data>/secret.key; raises VaultError
+        # The sandbox of the agent's processes: loaded and probed once the server listens.
+        self._sandboxing: asyncio.Future | None = None
         self.hub = Hub(self)  # the App is the hub's events.Replay (below)
         self.perimeter = Perimeter(config, self.store)
         self.router = Router(self, static_dir)
@@ -75,10 +78,31 @@ class App:
     async def _build(self) -> Core:
         await asyncio.to_thread(load_core_modules)
         from .core import Core  # loaded by the worker thread just above
-        core = Core(self.config, self.store, self.hub, self.vault)
+        core = Core(self.config, self.store, self.hub, self.vault, await self.sandbox_ready())
         await core.start()
         self._core = core
         return core
+
+    # -- the sandbox --------------------------------------------------------------------------
+
+    async def sandbox_ready(self) -> Sandbox:
+        """The sandbox of the agent's processes, loaded once (its probe goes on in the
+        background; `Sandbox.status()` waits for it). Raises what loading it raised."""
+        if self._sandboxing is None:
+            self._sandboxing = asyncio.ensure_future(self._load_sandbox())
+        return await asyncio.shield(self._sandboxing)
+
+    async def _load_sandbox(self) -> Sandbox:
+        module = await asyncio.to_thread(importlib.import_module, "totem.sandbox")
+        sandbox = module.Sandbox(self.config)
+        sandbox.start(self.http.port)
+        return sandbox
+
+    @property
+    def sandbox(self) -> Sandbox:
+        if self._sandboxing is None or not self._sandboxing.done():
+            raise RuntimeError("the sandbox is not loaded yet: await App.sandbox_ready() first")
+        return self._sandboxing.result()
 
     @property
     def core(self) -> Core:
@@ -136,6 +160,7 @@ class App:
         except BaseException:
             await self.store.close()
             raise
+        self._sandboxing = asyncio.ensure_future(self._load_sandbox())
         self._building = asyncio.ensure_future(self._build())
 
     @property
@@ -155,6 +180,10 @@ class App:
                 log.info("stopping a server whose core could not be built")
         if self._core is not None:
             await self._core.stop()
+        if self._sandboxing is not None:
+            await asyncio.wait([self._sandboxing])
+            if not self._sandboxing.cancelled() and self._sandboxing.exception() is None:
+                await self._sandboxing.result().stop()
         await self.hub.close_all()
         await self.http.stop()
         await self.store.close()

@@ -85,6 +85,47 @@ def _parse_text(text: str) -> str:
     return text.strip()
 
 
+def _parse_choice(*choices: str):
+    def parse(text: str) -> str:
+        value = text.strip().lower()
+        if value not in choices:
+            raise ValueError(" or ".join(choices))
+        return value
+    return parse
+
+
+# A list of folders (the sandbox's `writable` and `secrets`): at most this many, each absolute.
+MAX_PATHS = 32
+MAX_PATH_CHARS = 4096
+
+
+def path_list_problem(paths) -> str | None:
+    """Why `paths` is not a list of absolute, normalized paths (None when it is one)."""
+    if not isinstance(paths, (list, tuple)) or len(paths) > MAX_PATHS:
+        return f"must be a list of at most {MAX_PATHS} absolute paths"
+    for path in paths:
+        if not isinstance(path, str) or not path or len(path) > MAX_PATH_CHARS or "\x00" in path:
+            return f"must be a list of at most {MAX_PATHS} absolute paths"
+        if not path.startswith("/") or os.path.normpath(path) != path:
+            return f"must hold absolute paths without '..', '.' or '//' ({path!r} is not one)"
+    return None
+
+
+def _parse_paths(text: str) -> tuple[str, ...]:
+    paths = tuple(part.strip() for part in text.split(os.pathsep) if part.strip())
+    problem = path_list_problem(list(paths))
+    if problem:
+        raise ValueError(f"absolute paths separated by {os.pathsep}: it {problem}")
+    return paths
+
+
+def _parse_search_path(text: str) -> str:
+    folders = [part.strip() for part in text.split(os.pathsep) if part.strip()]
+    if not folders or any(not os.path.isabs(folder) for folder in folders):
+        raise ValueError(f"absolute folders separated by {os.pathsep}")
+    return os.pathsep.join(folders)
+
+
 def _parse_proxy(text: str) -> str:
     value = text.strip()
     if value:
@@ -129,6 +170,14 @@ KEYS = (
     Key("wsping", _int_range(1, 3600), "20"),
     Key("steps", _int_range(1, 1000), "50"),
     Key("snapshotmb", _int_range(16, 1 << 20), "1024"),
+    # The kernel sandbox of the agent's processes (sandbox.py): auto, required or off; the
+    # folders bwrap is looked for in; the network of commands; more writable and secret places.
+    Key("sandbox", _parse_choice("auto", "required", "off"), "auto"),
+    Key("sandboxpath", _parse_search_path, "/usr/bin:/bin:/usr/sbin:/sbin"),
+    Key("network", _parse_bool, "true"),
+    Key("unattendednetwork", _parse_bool, "false"),
+    Key("writable", _parse_paths, ""),
+    Key("secrets", _parse_paths, ""),
 )
 
 
@@ -161,7 +210,14 @@ class Config:
     wsping: int
     steps: int
     snapshotmb: int
+    sandbox: str
+    sandboxpath: str
+    network: bool
+    unattendednetwork: bool
+    writable: tuple
+    secrets: tuple
     rules: tuple = ()  # global permission rules of [rules]: (tool, pattern, action)
+    source: str = ""  # the file it was read from ("" when given otherwise)
 
     def replace(self, **changes) -> Config:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -197,7 +253,8 @@ def parse_rule(name: str, text: str) -> tuple[str, str, str]:
     return tool, pattern, action
 
 
-def parse_values(raw: dict[str, str], base_dir: str, raw_rules: dict[str, str] | None = None) -> Config:
+def parse_values(raw: dict[str, str], base_dir: str, raw_rules: dict[str, str] | None = None,
+                 source: str = "") -> Config:
     """Type-check raw strings into a Config.
 
     Raises ConfigError for an unknown key, a bad value, or a non-loopback listen address
@@ -219,6 +276,7 @@ def parse_values(raw: dict[str, str], base_dir: str, raw_rules: dict[str, str] |
     if not os.path.isabs(values["data"]):
         values["data"] = os.path.join(base_dir, values["data"] or "data")
     values["rules"] = tuple(parse_rule(name, text) for name, text in (raw_rules or {}).items())
+    values["source"] = os.path.abspath(source) if source else ""
     config = Config(**values)
     if not is_loopback(config.listen) and not config.token:
         raise ConfigError(
@@ -245,7 +303,7 @@ def load_config(path: str) -> Config:
         raise ConfigError(f"config: {path} cannot be read: {first_line}") from None
     raw = dict(parser[SECTION]) if parser.has_section(SECTION) else {}
     rules = dict(parser[RULES_SECTION]) if parser.has_section(RULES_SECTION) else {}
-    return parse_values(raw, os.path.dirname(os.path.abspath(path)), rules)
+    return parse_values(raw, os.path.dirname(os.path.abspath(path)), rules, source=path)
 
 
 def default_config_path() -> str:

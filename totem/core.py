@@ -47,8 +47,9 @@ class Services:
 class Core:
     """The concerns and services of one Totem, over its store, hub and vault."""
 
-    def __init__(self, config, store, hub, vault):
+    def __init__(self, config, store, hub, vault, sandbox=None):
         self.config = config
+        self.sandbox = sandbox  # sandbox.Sandbox of the agent's processes (the App's)
         self.store = store
         self.providers = Providers(store, vault)
         # Holds the scrubber of tool, job and terminal output; filled in start() from the stored keys.
@@ -59,10 +60,11 @@ class Core:
         forge_mcp = forge_definition(config.forgeurl) if config.forgemcp and config.forge else None
         self.runs = Runs(store, hub, self.providers, default_registry(), config.steps, config.rules,
                          self.jobs, provider_service.scrubber, snapshots=self.snapshots, mcp=self.mcp_clients,
-                         forge=ForgeDocs(config.data, config.forgeurl), forge_mcp=forge_mcp)
+                         forge=ForgeDocs(config.data, config.forgeurl), forge_mcp=forge_mcp, sandbox=sandbox)
         self.terminals = Terminals(hub, provider_service.scrubber, config.terminalshell)
         settings = Settings(store, config)
-        sessions = Sessions(store, hub, self.runs, self.jobs, self.providers, self.terminals, config.data, settings)
+        sessions = Sessions(store, hub, self.runs, self.jobs, self.providers, self.terminals, config.data, settings,
+                            sandbox)
         projects = Projects(store, sessions, self.snapshots, config.data)
         self.services = Services(sessions=sessions, projects=projects,
                                  providers=provider_service,

@@ -126,6 +126,10 @@ class PermissionAsk(Event):
     commands: list[dict[str, Any]] = field(default_factory=list)  # [{"command", "shown", "patterns"}]
     # What a file tool would change: [{path, status, additions, deletions, patch}] (or {error}).
     preview: list[dict[str, Any]] = field(default_factory=list)
+    # What a command could reach (sandbox.py): {confined: true, writes, network, layers,
+    # missing} or {confined: false, why} (sandbox = off: in every question).
+    reach: dict[str, Any] = field(default_factory=dict)
+    once_only: bool = False  # "always" is refused: answer once or reject
     TYPE: ClassVar[str] = "permission.ask"
 
 

@@ -1,7 +1,8 @@
 """Background jobs: bash commands that a session runs without waiting for them.
 
 Owns the jobs of every session: starting one through the runner (same process group, minimal
-environment and kill as any command), keeping a bounded tail of its output, stopping one, and
+environment, sandbox and kill as any command), keeping a bounded tail of its output and the
+sandbox's notes on what it refused, stopping one, and
 stopping all of a session's jobs when the session goes (or the server stops). Jobs live in
 memory only: they end with their session and with the process.
 """
@@ -62,23 +63,25 @@ class Jobs:
         self.scrubber = scrubber  # () -> the current vault.Scrubber
         self._jobs: dict[str, Job] = {}
 
-    def start(self, sessionid: str, command: str, cwd: str) -> Job:
-        """Start a command in the background. Raises JobError when the session runs too many."""
+    def start(self, sessionid: str, command: str, cwd: str, confinement=None) -> Job:
+        """Start a command in the background, confined by `confinement` (sandbox.Confinement,
+        None: not confined). Raises JobError when the session runs too many."""
         running = [job for job in self._jobs.values() if job.sessionid == sessionid and job.status == "running"]
         if len(running) >= MAX_RUNNING_JOBS_PER_SESSION:
             raise JobError(f"this session already runs {MAX_RUNNING_JOBS_PER_SESSION} jobs; stop one first")
         job = Job(self.new_id(), sessionid, command)
         self._jobs[job.id] = job
-        job.task = asyncio.create_task(self._run(job, cwd), name=f"job {job.id}")
+        job.task = asyncio.create_task(self._run(job, cwd, confinement), name=f"job {job.id}")
         return job
 
-    async def _run(self, job: Job, cwd: str) -> None:
+    async def _run(self, job: Job, cwd: str, confinement) -> None:
         scrubber = self.scrubber()
         stream = scrubber.stream()  # a key split across two chunks of output is still caught
         try:
             result = await runner.run_command(job.command, cwd=cwd, timeout_s=JOB_TIMEOUT_S,
                                               output_cap_bytes=JOB_OUTPUT_CAP_BYTES,
-                                              on_output=lambda text: job.append(stream.feed(text)))
+                                              on_output=lambda text: job.append(stream.feed(text)),
+                                              confine=confinement.launch if confinement is not None else None)
         except asyncio.CancelledError:
             job.append(stream.flush())
             job.status = "stopped"
@@ -86,7 +89,9 @@ class Jobs:
         except runner.CommandError as exc:
             job.status, job.output = "failed", scrubber.scrub(str(exc))
         else:
-            job.output = scrubber.scrub(result.output)
+            notes = confinement.explain(result.output) if confinement is not None else []
+            job.output = scrubber.scrub("\n".join([result.output.removesuffix("\n"), *notes]) if notes
+                                        else result.output)
             job.exit_code = result.exit_code
             job.status = "timedout" if result.timed_out else "done" if result.exit_code == 0 else "failed"
         finally:

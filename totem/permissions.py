@@ -20,6 +20,9 @@ The order of a decision (DESIGN.md, "Permission decision"):
 4. Auto-accept turns ask into allow for the kinds that `edits` (write, edit, patch), never for a
    protected file; then a
    scheduled run turns any remaining ask into deny (no person is there to answer).
+5. A command asked to run outside the sandbox (`Call.outside_sandbox`) is asked every time,
+   whatever allow rule matches (a deny still denies); a scheduled run or a sub-agent is denied
+   it (nobody there chose it), and Plan mode already denies every command.
 
 Must not: read files, resolve paths (the caller passes `outside` and `inside`), ask the person.
 """
@@ -56,6 +59,9 @@ MAX_REASON_SUBJECT_CHARS = 200  # a reason quotes at most this much of a command
 SEVERITY = {"allow": 0, "ask": 1, "deny": 2}
 VERBS = {"allow": "allowed", "ask": "approval required", "deny": "denied"}
 SCHEDULED_REASON = "no one is here to approve (a scheduled run)"
+OUTSIDE_SANDBOX_REASON = "runs outside the sandbox: asked every time, never allowed by a rule"
+OUTSIDE_SANDBOX_UNATTENDED = ("a scheduled run or a sub-agent never runs a command outside the sandbox "
+                              "(nobody is here to approve it)")
 GLOB_CHARS = "*?["
 # `ls` flags that only change how a listing looks (no -L: it follows links out of the project).
 SAFE_LS_FLAGS = frozenset("1aAdFhlrRStu")
@@ -141,6 +147,8 @@ class Call:
     # bash: the repository names programs (filter drivers, aliases, includes) that git would run,
     # so the default `git status` safe forms do not apply and no wildcard rule allows git.
     git_programs: bool = False
+    outside_sandbox: bool = False  # a command asked to run outside the sandbox
+    subagent: bool = False  # the call of a sub-agent's run
 
 
 def _default(tool: str, pattern: str, action: str, name: str | None = None) -> Rule:
@@ -212,6 +220,11 @@ def decide(call: Call, rules: Sequence[Rule]) -> Decision:
             and not any(_is_env(subject) for subject in subjects)):
         decision = Decision("allow", "allowed by auto-accept edits for this session",
                             subject=decision.subject)
+    if call.outside_sandbox and decision.action != "deny":
+        if call.scheduled or call.subagent:
+            return Decision("deny", OUTSIDE_SANDBOX_UNATTENDED, subject=decision.subject)
+        return Decision("ask", OUTSIDE_SANDBOX_REASON, subject=decision.subject,
+                        asks=decision.asks or tuple(dict.fromkeys(subjects)))
     if decision.action == "ask" and call.scheduled:
         decision = Decision("deny", SCHEDULED_REASON, subject=decision.subject)
     return decision

@@ -56,8 +56,8 @@ import struct
 import sys
 import termios
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 DEFAULT_TIMEOUT_S = 120.0
 DEFAULT_OUTPUT_CAP_BYTES = 30_000
@@ -94,6 +94,21 @@ _STDOUT, _STDERR = 1, 2
 
 class CommandError(Exception):
     """A command that could not start (missing program or folder); the message says why."""
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How a confined child starts (sandbox.py builds it): the argv that wraps the child's own,
+    what its environment adds, the descriptors it inherits, and what to do once it has ended."""
+
+    argv: list[str]
+    env: Mapping[str, str] = field(default_factory=dict)
+    pass_fds: tuple[int, ...] = ()
+    release: Callable[[], Awaitable[None]] | None = None
+
+
+# Turns a child's argv into its Launch; raises CommandError to refuse it.
+Confine = Callable[[list[str]], Awaitable[Launch]]
 
 
 @dataclass(frozen=True)
@@ -159,33 +174,40 @@ def shell_argv(command: str) -> list[str]:
 
 async def run_command(command: str | Sequence[str], *, cwd: str, timeout_s: float | None,
                       output_cap_bytes: int, on_output: Callable[[str], None] | None = None,
-                      env: Mapping[str, str] | None = None) -> CommandResult:
+                      env: Mapping[str, str] | None = None, confine: Confine | None = None) -> CommandResult:
     """Run a shell line (through `shell_argv()`) or an argv list in `cwd` and collect its output.
 
     `on_output` receives the decoded text as it comes (never an empty string). `env` adds
     variables over `minimal_environment()`; the server's own environment is never passed.
+    `confine` (the sandbox's) wraps the argv; its release runs once the child has ended.
     A timeout stops the whole group and returns a result with `timed_out`; `timeout_s` None
     waits for ever. Cancelling the awaiting task stops the group, then re-raises.
 
-    Raises CommandError when the command cannot start, ValueError for an empty argv or a cap
-    under 2 bytes, and whatever `on_output` raises (after stopping the group).
+    Raises CommandError when the command cannot start or `confine` refuses it, ValueError for an
+    empty argv or a cap under 2 bytes, and whatever `on_output` raises (after stopping the group).
     """
     argv = shell_argv(command) if isinstance(command, str) else list(command)
     if not argv:
         raise ValueError("empty command")
     if output_cap_bytes < 2:
         raise ValueError("the output cap must be at least 2 bytes")
+    launch = await confine(argv) if confine is not None else Launch(argv)
     child_env = minimal_environment()
     child_env.update(env or {})
+    child_env.update(launch.env)
     sink = _TextSink(output_cap_bytes, on_output)
     started = time.monotonic()
     try:
-        transport, collector = await _spawn(argv, cwd, child_env, {_STDOUT: sink},
-                                            merge_stderr=True)
-    except OSError as exc:
-        where = f" ({exc.filename})" if exc.filename else ""
-        raise CommandError(f"the command could not start: {exc.strerror or exc}{where}") from None
-    returncode, timed_out, killed = await _supervise(transport, collector, timeout_s, KILL_GRACE_S)
+        try:
+            transport, collector = await _spawn(launch.argv, cwd, child_env, {_STDOUT: sink},
+                                                merge_stderr=True, pass_fds=launch.pass_fds)
+        except OSError as exc:
+            where = f" ({exc.filename})" if exc.filename else ""
+            raise CommandError(f"the command could not start: {exc.strerror or exc}{where}") from None
+        returncode, timed_out, killed = await _supervise(transport, collector, timeout_s, KILL_GRACE_S)
+    finally:
+        if launch.release is not None:
+            await asyncio.shield(launch.release())
     sink.finish()
     output, cut = sink.buffer.text()
     return CommandResult(exit_code=returncode, output=output, timed_out=timed_out,
@@ -239,10 +261,12 @@ async def run_process(argv: Sequence[str], *, cwd: str, env: Mapping[str, str],
 async def _spawn(argv: list[str], cwd: str, env: dict[str, str],
                  sinks: Mapping[int, Callable[[bytes], bool | None]], *,
                  merge_stderr: bool = False, stdin_bytes: bytes | None = None, keep_stdin: bool = False,
+                 pass_fds: Sequence[int] = (),
                  ) -> tuple[asyncio.SubprocessTransport, _Collector]:
     """Start `argv` in a session of its own, reading the pipes of `sinks` (1, and 2 unless
     `merge_stderr`); stdin is closed, fed `stdin_bytes`, or with `keep_stdin` left open for the
-    caller. The one place of the package that starts a process. Raises OSError."""
+    caller; the descriptors `pass_fds` (a sandbox's rulesets) stay open in the child. The one
+    place of the package that starts a process. Raises OSError."""
     loop = asyncio.get_running_loop()
     piped = stdin_bytes is not None or keep_stdin
     stdin = asyncio.subprocess.PIPE if piped else asyncio.subprocess.DEVNULL
@@ -250,7 +274,7 @@ async def _spawn(argv: list[str], cwd: str, env: dict[str, str],
         asyncio.subprocess.PIPE if _STDERR in sinks else asyncio.subprocess.DEVNULL
     start = asyncio.ensure_future(loop.subprocess_exec(
         lambda: _Collector(sinks), *argv, cwd=cwd, env=env, stdin=stdin,
-        stdout=asyncio.subprocess.PIPE, stderr=stderr, start_new_session=True))
+        stdout=asyncio.subprocess.PIPE, stderr=stderr, start_new_session=True, pass_fds=tuple(pass_fds)))
     try:
         transport, collector = await asyncio.shield(start)
     except asyncio.CancelledError:
@@ -275,6 +299,7 @@ class ServerChild:
     transport: asyncio.SubprocessTransport
     collector: _Collector
     stderr: OutputBuffer
+    release: Callable[[], Awaitable[None]] | None = None  # the sandbox's, once it has ended
 
     @property
     def exited(self) -> asyncio.Future:
@@ -299,22 +324,31 @@ class ServerChild:
 
 
 async def spawn_server(argv: Sequence[str], *, cwd: str, env: Mapping[str, str],
-                       on_stdout: Callable[[bytes], None], stderr_cap: int = 4096) -> ServerChild:
-    """Start `argv` (no shell) in `cwd` with exactly `env`, its stdin open for `write`, every
-    chunk of its stdout given to `on_stdout` and `stderr_cap` bytes of its stderr kept (head and
-    tail). It runs until `end_server`. Raises OSError (FileNotFoundError for a missing program
-    or folder) and ValueError for an empty argv."""
+                       on_stdout: Callable[[bytes], None], stderr_cap: int = 4096,
+                       confine: Confine | None = None) -> ServerChild:
+    """Start `argv` (no shell) in `cwd` with exactly `env` (and what `confine` adds), its stdin
+    open for `write`, every chunk of its stdout given to `on_stdout` and `stderr_cap` bytes of
+    its stderr kept (head and tail). It runs until `end_server`. Raises OSError
+    (FileNotFoundError for a missing program or folder), CommandError when `confine` refuses
+    it, and ValueError for an empty argv."""
     argv = list(argv)
     if not argv:
         raise ValueError("empty command")
+    launch = await confine(argv) if confine is not None else Launch(argv)
     stderr = OutputBuffer(stderr_cap)
 
     def read_stdout(data: bytes) -> None:
         on_stdout(data)
 
-    transport, collector = await _spawn(argv, cwd, dict(env), {_STDOUT: read_stdout, _STDERR: stderr.add},
-                                        keep_stdin=True)
-    return ServerChild(transport.get_pid(), transport, collector, stderr)
+    try:
+        transport, collector = await _spawn(launch.argv, cwd, dict(env) | dict(launch.env),
+                                            {_STDOUT: read_stdout, _STDERR: stderr.add}, keep_stdin=True,
+                                            pass_fds=launch.pass_fds)
+    except BaseException:
+        if launch.release is not None:
+            await asyncio.shield(launch.release())
+        raise
+    return ServerChild(transport.get_pid(), transport, collector, stderr, launch.release)
 
 
 async def end_server(child: ServerChild, grace_s: float = ABORT_GRACE_S) -> None:
@@ -329,6 +363,9 @@ async def end_server(child: ServerChild, grace_s: float = ABORT_GRACE_S) -> None
         await kill_group(_Child(child.transport), grace_s)
     finally:
         child.transport.close()
+        release, child.release = child.release, None
+        if release is not None:
+            await asyncio.shield(release())
 
 
 # A terminal's shell must own its pty as its controlling terminal (job control, Ctrl-C): the

@@ -51,8 +51,9 @@ class Sessions:
     """The conversations of the projects, and what runs in them."""
 
     def __init__(self, store: Store, hub, runs, jobs, providers, terminals=None, data_dir: str | None = None,
-                 settings=None):
+                 settings=None, sandbox=None):
         self.store = store
+        self.sandbox = sandbox  # sandbox.Sandbox: a removed session's temp folder goes with it
         self.hub = hub
         self.runs = runs  # agent.loop.Runs, through start_prompt, abort and the questions
         self.jobs = jobs
@@ -224,6 +225,8 @@ class Sessions:
         await self.jobs.forget_session(sessionid)
         if self.terminals is not None:
             await self.terminals.forget_session(sessionid)
+        if self.sandbox is not None:
+            await self.sandbox.forget_session(sessionid)
 
     async def drop_worktree(self, session: SessionRow) -> None:
         """A removed session's worktree goes with its branch only when nothing would be lost;

@@ -14,20 +14,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .config import path_list_problem
+
 LAYERS = ("config", "all", "project", "session")
 
 
 @dataclass(frozen=True)
 class Key:
     name: str
-    kind: type  # int, float or bool
+    kind: type  # int, float, bool, or list (of absolute paths)
     low: float
     high: float
     description: str
     nullable: bool = False  # None is a value: "the provider's default"
+    # Every layer adds to it (a union, in layer order), none takes away: the secret places.
+    merged: bool = False
 
     def check(self, value: Any) -> str | None:
         """Why `value` is not a value of this key, or None."""
+        if self.kind is list:
+            return path_list_problem(value)
         if self.kind is bool:
             return None if isinstance(value, bool) else "must be true or false"
         if value is None:
@@ -52,6 +58,13 @@ KEYS = (
     Key("forge", bool, 0, 1, "the knowledge of Total.js in Total.js projects (off: none of it)"),
     Key("forgedocs", bool, 0, 1, "search the Forge documentation for each prompt (llms.txt, once a day)"),
     Key("selfcheck", bool, 0, 1, "hold an answer's text until its code is checked, and mark what needs review"),
+    # The sandbox of commands (sandbox.py): the network of interactive runs and of the runs
+    # nobody watches (scheduled runs, sub-agents), more writable folders, more secret places.
+    Key("network", bool, 0, 1, "commands reach the network (never Totem's own port)"),
+    Key("unattendednetwork", bool, 0, 1, "commands of scheduled runs and sub-agents reach the network"),
+    Key("writable", list, 0, 32, "more folders commands may write (absolute paths)"),
+    Key("secrets", list, 0, 32, "more secret places commands cannot read (absolute paths; every layer adds)",
+        merged=True),
 )
 BY_NAME = {key.name: key for key in KEYS}
 
@@ -60,7 +73,9 @@ def defaults(config, command_timeout: float, output_cap: int) -> dict[str, Any]:
     """The config layer: what config.ini says, or the built-in default of each key."""
     return {"steps": config.steps, "commandtimeout": int(command_timeout), "outputcap": output_cap,
             "temperature": None, "forge": config.forge, "forgedocs": config.forgedocs,
-            "selfcheck": config.selfcheck}
+            "selfcheck": config.selfcheck, "network": config.network,
+            "unattendednetwork": config.unattendednetwork, "writable": list(config.writable),
+            "secrets": list(config.secrets)}
 
 
 def resolve(layers: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -71,7 +86,10 @@ def resolve(layers: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         value, source = layers["config"].get(key.name), "config"
         for layer in LAYERS[1:]:
             if key.name in layers.get(layer, {}):
-                value, source = layers[layer][key.name], layer
+                given = layers[layer][key.name]
+                if key.merged:
+                    given = list(dict.fromkeys([*(value or []), *(given or [])]))
+                value, source = given, layer
         effective[key.name] = {"value": value, "source": source}
     return effective
 

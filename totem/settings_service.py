@@ -17,6 +17,8 @@ from .store import Store
 from .tools import bash
 
 SCOPES = ("all", "project", "session")
+# The type each key shows in Settings|read (a list: of absolute paths).
+TYPE_NAMES = {int: "integer", float: "number", bool: "boolean", list: "paths"}
 
 
 class Settings:
@@ -30,7 +32,7 @@ class Settings:
         layers = {"config": self.config_layer, **await self.store.settings_layers(projectid, sessionid)}
         effective = settings.resolve(layers)
         return {key.name: effective[key.name] | {
-            "description": key.description, "type": "integer" if key.kind is int else "number",
+            "description": key.description, "type": TYPE_NAMES.get(key.kind, "number"),
             "min": key.low, "max": key.high, "nullable": key.nullable} for key in settings.KEYS}
 
     async def values(self, projectid: str, sessionid: str) -> dict[str, Any]:

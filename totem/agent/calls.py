@@ -3,7 +3,8 @@ result in the call's part.
 
 Owns parsing the arguments with the registry, the decision (the gate), running the tool in its
 context (streamed output, questions, the task list, background jobs, further subjects met while
-running), scrubbing what it returns, and the final status of the part: done, error or denied.
+running, the sandbox of the processes it starts), scrubbing what it returns, and the final
+status of the part: done, error or denied.
 
 Must not: decide permissions (the gate does), stream model answers, or publish except through
 the recorder, the questions and the todo event.
@@ -36,8 +37,9 @@ class ToolCalls:
     """Runs the tool calls of every run."""
 
     def __init__(self, registry, gate: PermissionGate, recorder: Recorder, store, hub, scrubber, jobs=None,
-                 snapshots: Snapshots | None = None):
+                 snapshots: Snapshots | None = None, sandbox=None):
         self.snapshots = snapshots
+        self.sandbox = sandbox  # sandbox.Sandbox: what a command's processes may reach (None: nothing)
         self.registry = registry
         self.gate = gate
         self.recorder = recorder
@@ -72,10 +74,14 @@ class ToolCalls:
             await self.recorder.close(open_part, "error")
             return
         data["subjects"] = list(subjects)
+        confinement = self.confinement(asker, tool, args, limits or {})
+        reach = self.sandbox.question_reach(confinement) if self.sandbox is not None else {}
+        if reach:
+            data["reach"] = reach
         data["decision"] = await self.gate.settle(
             asker, tool.permission_name or tool.name, subjects, tool.question_input(args), outside=outside is not None,
             before_ask=lambda: self.recorder.update(open_part, "pending"),
-            preview=lambda: self._preview(tool, args, ctx))
+            preview=lambda: self._preview(tool, args, ctx), outside_sandbox=tool.unconfined(args), reach=reach)
         if data["decision"].get("reply") == "reject":
             data["decision"]["reason"] = "the person rejected this call"
         if data["decision"]["action"] == "deny":
@@ -89,7 +95,7 @@ class ToolCalls:
                       open_part.id, tool.name)
         window = await self._begin_command(tool, args, scope)
         priors: dict[str, Prior] = {}
-        ctx = self._context(asker, open_part, scope, priors, limits or {})
+        ctx = self._context(asker, open_part, scope, priors, limits or {}, confinement)
         try:
             result = await tool.run(args, ctx)
         except ToolError as exc:
@@ -106,6 +112,13 @@ class ToolCalls:
             output = output[:MAX_TOOL_OUTPUT_CHARS] + f"\n[output cut at {MAX_TOOL_OUTPUT_CHARS} characters]"
         data.update({"output": output, "title": result.title, "result": result.data, "finished": now_ms()})
         await self.recorder.close(open_part, "done")
+
+    def confinement(self, asker: Asker, tool, args: dict, limits: dict):
+        """The sandbox of a call that starts processes (a command), None for the others."""
+        if self.sandbox is None or tool.kind.subject != COMMAND:
+            return None
+        return self.sandbox.confinement(asker.root, asker.sessionid, asker.scheduled or asker.depth > 0, limits,
+                                        outside=tool.unconfined(args))
 
     async def _refuse_outside_agent(self, tools: frozenset[str], open_part: OpenPart, name: str) -> None:
         """A call to a tool that the prompt's agent does not have: refused in code, whatever the
@@ -166,7 +179,7 @@ class ToolCalls:
             open_part.data["changed"] = changed
 
     def _context(self, asker: Asker, open_part: OpenPart, scope: Scope, priors: dict[str, Prior],
-                 limits: dict) -> ToolContext:
+                 limits: dict, confinement=None) -> ToolContext:
         sessionid, root = asker.sessionid, asker.root
 
         async def ask(text: str, options: list[str]) -> str:
@@ -190,8 +203,8 @@ class ToolCalls:
                 raise ToolError("sub-agents are not available here")
             return await self.delegate(asker, open_part, agent, description, prompt)
 
-        def start_job(command: str) -> dict:
-            return self.jobs.start(sessionid, command, root).view()
+        def start_job(command: str, confinement=None) -> dict:
+            return self.jobs.start(sessionid, command, root, confinement).view()
 
         loop = asyncio.get_running_loop()
         loop_thread = threading.get_ident()
@@ -217,7 +230,8 @@ class ToolCalls:
                            emit=lambda text: self.recorder.append(open_part, open_part.scrub.feed(text)),
                            ask=ask, set_todos=set_todos, permit=permit, journal=journal, delegate=delegate,
                            start_job=start_job if self.jobs is not None else None,
-                           command_timeout=limits.get("commandtimeout"), output_cap=limits.get("outputcap"))
+                           command_timeout=limits.get("commandtimeout"), output_cap=limits.get("outputcap"),
+                           confinement=confinement)
 
 
 def denial(reason: str) -> str:

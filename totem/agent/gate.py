@@ -86,13 +86,14 @@ class PermissionGate:
         return project + stored + configured
 
     async def decide(self, asker: Asker, tool: str, subjects: tuple[str, ...],
-                     outside: bool = False) -> tuple[Decision, Call]:
+                     outside: bool = False, outside_sandbox: bool = False) -> tuple[Decision, Call]:
         """The decision for one call under the current rules, and the call it was made for."""
         root = asker.root
         git_programs = tool == "bash" and await asyncio.to_thread(repository_runs_programs, root)
         kind = self.kinds().get(tool) or ToolKind(TEXT, changes=True)
         call = Call(tool, subjects, kind, mode=asker.mode, autoaccept=asker.autoaccept, scheduled=asker.scheduled,
-                    outside=outside, inside=lambda path: stays_inside(root, path), git_programs=git_programs)
+                    outside=outside, inside=lambda path: stays_inside(root, path), git_programs=git_programs,
+                    outside_sandbox=outside_sandbox, subagent=asker.depth > 0)
         return decide(call, await self.rules(asker.projectid)), call
 
     async def question(self, asker: Asker, text: str, options: list[str]) -> str:
@@ -105,11 +106,15 @@ class PermissionGate:
     async def settle(self, asker: Asker, tool: str, subjects: tuple[str, ...], args: dict, *,
                      outside: bool = False, always_ask: str | None = None,
                      before_ask: Callable[[], Awaitable[None]] | None = None,
-                     preview: Callable[[], Awaitable[list[dict]]] | None = None) -> AuditRecord:
+                     preview: Callable[[], Awaitable[list[dict]]] | None = None,
+                     outside_sandbox: bool = False, reach: dict | None = None) -> AuditRecord:
         """Decide, ask the person when the decision is ask (or always, with `always_ask` saying
         why), store what "always" chose; returns the audit record, whose `action` is allow or
-        deny once settled. A rejected question ends as deny with `reply: reject`."""
-        decision, call = await self.decide(asker, tool, subjects, outside)
+        deny once settled. A rejected question ends as deny with `reply: reject`.
+        `outside_sandbox`: a command asked to run unconfined (permissions decides: it asks every
+        time, and "always" stores nothing). `reach`: what the call's processes could reach, shown
+        in the question (sandbox.py)."""
+        decision, call = await self.decide(asker, tool, subjects, outside, outside_sandbox)
         record: AuditRecord = {**decision.to_dict(), "at": now_ms(),
                                "by": "code" if decision.rule is None else "rule"}
         if decision.action == "deny" or (decision.action == "allow" and not always_ask):
@@ -120,17 +125,20 @@ class PermissionGate:
             return record
         if always_ask:
             record["reason"] = f"{subjects[0]}: {always_ask}; asked even under an allow rule"
+        # A command outside the sandbox is answered once or rejected, never stored as a rule.
         commands = [] if always_ask else asked(decision, call)
+        if outside_sandbox:
+            commands = [{**item, "patterns": []} for item in commands]
         if before_ask is not None:
             await before_ask()
         shown = await preview() if preview is not None else []
         reply, chosen = await self.questions.permission(
             asker.asked_in, tool, args | ({"note": always_ask} if always_ask else {}),
             list(dict.fromkeys(p for item in commands for p in item["patterns"])), commands=commands,
-            reason=record["reason"], folder=asker.root, preview=shown)
+            reason=record["reason"], folder=asker.root, preview=shown, reach=reach or {}, once_only=outside_sandbox)
         record.update({"action": "deny" if reply == "reject" else "allow", "by": "person", "reply": reply,
                        "answered": now_ms()})
-        if reply == "always" and not always_ask:
+        if reply == "always" and not always_ask and not outside_sandbox:
             for pattern in chosen:
                 await self.store.add_rule(asker.projectid, tool, pattern, "allow")
             record["saved"] = [{"tool": tool, "pattern": pattern, "action": "allow"} for pattern in chosen]

@@ -101,7 +101,7 @@ class Runs:
 
     def __init__(self, store: Store, hub, providers, registry, steps: int, config_rules=(), jobs=None,
                  scrubber=None, backoff_first_s: float = BACKOFF_FIRST_S, snapshots=None, mcp=None,
-                 forge=None, forge_mcp=None):
+                 forge=None, forge_mcp=None, sandbox=None):
         self.store = store
         self.hub = hub
         self.providers = providers
@@ -114,12 +114,12 @@ class Runs:
         self.recorder = Recorder(store, hub)
         self.gate = PermissionGate(store, self.questions, kinds, config_rules)
         self.calls = ToolCalls(registry, self.gate, self.recorder, store, hub,
-                               scrubber or Scrubber.empty, jobs, snapshots)
+                               scrubber or Scrubber.empty, jobs, snapshots, sandbox)
         self.answers = Answers(store, hub, self.recorder, lambda: self.calls.registry)
         self.subagents = SubAgents(self)
         self.knowledge = TotalJsKnowledge(forge, self.recorder) if forge is not None else None
         self.calls.delegate = self.subagents.delegate
-        self.project_servers = (ProjectServers(mcp, self.gate, self.recorder, store, hub, forge_mcp)
+        self.project_servers = (ProjectServers(mcp, self.gate, self.recorder, store, hub, forge_mcp, sandbox)
                                 if mcp is not None else None)
 
     @property

@@ -27,6 +27,7 @@ class _Waiting:
     tool: str = ""
     commands: list[dict] = field(default_factory=list)
     event: object = None  # the ask as it was published, sent again to a new subscriber
+    once_only: bool = False  # "always" is refused
 
 
 class Questions:
@@ -40,18 +41,21 @@ class Questions:
 
     async def permission(self, sessionid: str, tool: str, args: dict, patterns: list[str], *,
                          commands: list[dict] | None = None, reason: str = "",
-                         folder: str = "", preview: list[dict] | None = None) -> tuple[str, list[str]]:
+                         folder: str = "", preview: list[dict] | None = None, reach: dict | None = None,
+                         once_only: bool = False) -> tuple[str, list[str]]:
         """Ask whether a tool call may run; returns (reply, the patterns to always allow).
 
         `commands`: per subject that needs an answer, `{command, shown, patterns}`; "always"
-        without patterns of its own takes the first suggestion of each. Cancelled → rejected.
+        without patterns of its own takes the first suggestion of each. `reach`: what a command
+        could reach (sandbox.py). `once_only`: "always" is refused (a command outside the
+        sandbox, a call asked under any rule). Cancelled → rejected.
         """
         askid = self.new_id()
         commands = commands or []
         waiting = _Waiting(sessionid, "permission", asyncio.get_running_loop().create_future(),
-                           patterns, tool, commands)
+                           patterns, tool, commands, once_only=once_only)
         waiting.event = PermissionAsk(sessionid, askid, tool, args, patterns, reason, folder, commands,
-                                      preview or [])
+                                      preview or [], reach or {}, once_only)
         self._waiting[askid] = waiting
         self.hub.publish(waiting.event)
         try:
@@ -90,6 +94,9 @@ class Questions:
         if waiting is None or waiting.kind != "permission" or waiting.future.done():
             raise NotFound(("id", f"no permission question {askid} is waiting"))
         chosen: list[str] = []
+        if reply == "always" and waiting.once_only:
+            raise BadRequest(("reply", "this question can only be answered once or reject: what it asks is never "
+                                       "stored as a rule"))
         if reply == "always":
             chosen = list(patterns or ([pattern] if pattern else []))
             if not chosen:

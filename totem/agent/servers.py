@@ -36,8 +36,9 @@ class ProjectServers:
     """Starts the project MCP servers of runs, through the permission gate."""
 
     def __init__(self, servers: McpServers, gate: PermissionGate, recorder: Recorder, store: Store, hub,
-                 forge: ServerDefinition | None = None):
+                 forge: ServerDefinition | None = None, sandbox=None):
         self.servers = servers
+        self.sandbox = sandbox  # sandbox.Sandbox: a stdio server's program runs confined (None: not)
         self.forge = forge  # the MCP server of Forge (forgemcp), offered to Total.js projects
         self.gate = gate
         self.recorder = recorder
@@ -59,11 +60,11 @@ class ProjectServers:
                              "error": f"{problem.file}: {problem.error}"}, "error")
         for definition in definitions:
             if self.servers.running(asker.sessionid, definition) is None:
-                await self._start(asker, definition, notes)
+                await self._start(asker, definition, notes, limits or {})
         tools = declared_tools(self.servers.tools(asker.sessionid, definitions))
         return registry.with_tools(tools) if tools else registry
 
-    async def _start(self, asker: Asker, definition: ServerDefinition, notes: _Notes) -> None:
+    async def _start(self, asker: Asker, definition: ServerDefinition, notes: _Notes, limits: dict) -> None:
         if self.servers.refused(asker.sessionid, definition):
             return
         shown = definition.shown()
@@ -73,9 +74,15 @@ class ProjectServers:
                              "decision": {"action": "deny", "reason": reason, "at": now_ms(), "by": "code"}},
                             "denied")
             return
-        part = await notes.open({"tool": "mcp-start", "input": shown, "subjects": [definition.subject]})
+        confinement = None
+        if self.sandbox is not None and definition.transport == "stdio":
+            confinement = self.sandbox.confinement(asker.root, asker.sessionid, asker.scheduled or asker.depth > 0,
+                                                   limits)
+        reach = self.sandbox.question_reach(confinement) if self.sandbox is not None else {}
+        part = await notes.open({"tool": "mcp-start", "input": shown, "subjects": [definition.subject]}
+                                | ({"reach": reach} if reach else {}))
         record = await self.gate.settle(asker, "mcp-start", (definition.subject,), shown,
-                                        before_ask=lambda: self.recorder.update(part, "pending"))
+                                        before_ask=lambda: self.recorder.update(part, "pending"), reach=reach)
         part.data["decision"] = record
         if record["action"] != "allow":
             self.servers.refuse(asker.sessionid, definition)
@@ -85,7 +92,8 @@ class ProjectServers:
             return
         await self.recorder.update(part, "running")
         try:
-            running = await self.servers.start(asker.sessionid, asker.root, definition, self.call_timeout_s)
+            running = await self.servers.start(asker.sessionid, asker.root, definition, self.call_timeout_s,
+                                               confine=confinement.launch if confinement is not None else None)
         except McpError as exc:
             part.data["error"] = str(exc)
             await self.recorder.close(part, "error")

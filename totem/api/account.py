@@ -38,6 +38,8 @@ async def read_account(ctx):
         "token": bool(config.token),
         "version": __version__,
         "capabilities": CAPABILITIES | {"cookiesecure": config.cookiesecure, "mcp": bool(config.mcp)},
+        # The sandbox of the agent's processes: mode, layers, which protections hold (sandbox.py).
+        "sandbox": await (await ctx.app.sandbox_ready()).status(),
     }
 
 

@@ -80,12 +80,14 @@ class McpClient:
 
     # -- life --------------------------------------------------------------------------------
 
-    async def start(self, root: str, timeout_s: float = START_TIMEOUT_S) -> None:
-        """Start or reach the server and complete the handshake. Raises McpError."""
+    async def start(self, root: str, timeout_s: float = START_TIMEOUT_S, confine: runner.Confine | None = None
+                    ) -> None:
+        """Start or reach the server and complete the handshake; a stdio server's program runs
+        under `confine` (the sandbox's). Raises McpError."""
         try:
             async with asyncio.timeout(timeout_s):
                 if self.definition.transport == "stdio":
-                    await self._open(StdioChannel(self.definition, root, self._received, self._lost))
+                    await self._open(StdioChannel(self.definition, root, self._received, self._lost, confine))
                 elif self.definition.transport == "sse":
                     await self._open(SseChannel(self.definition, self._received, self._lost))
                 else:
@@ -259,9 +261,10 @@ class StdioChannel(_Channel):
     """A program of the project, one JSON message per line on its stdin and stdout."""
 
     def __init__(self, definition: ServerDefinition, root: str, received: Callable[[object], None],
-                 lost: Callable[[str], None]):
+                 lost: Callable[[str], None], confine: runner.Confine | None = None):
         self.definition = definition
         self.root = root
+        self.confine = confine
         self.received = received
         self.lost = lost
         self.child: runner.ServerChild | None = None
@@ -273,7 +276,9 @@ class StdioChannel(_Channel):
         env = runner.minimal_environment() | dict(definition.env)
         try:
             self.child = await runner.spawn_server([definition.command, *definition.args], cwd=self.root,
-                                                   env=env, on_stdout=self._feed)
+                                                   env=env, on_stdout=self._feed, confine=self.confine)
+        except runner.CommandError as exc:
+            raise McpError(f"the MCP server {definition.name} could not start: {exc}") from None
         except FileNotFoundError:
             raise McpError(f"the MCP server {definition.name} could not start: {definition.command} "
                            "was not found") from None

@@ -57,9 +57,10 @@ class McpServers:
         self._refused.setdefault(sessionid, set()).add(definition.digest)
 
     async def start(self, sessionid: str, root: str, definition: ServerDefinition,
-                    call_timeout_s: float | None = None) -> Running:
+                    call_timeout_s: float | None = None, confine=None) -> Running:
         """Start an approved server for the session (a running older definition of the same
-        name is stopped first) and list its tools. Raises McpError."""
+        name is stopped first; a stdio one under `confine`, the sandbox's) and list its tools.
+        Raises McpError."""
         lock = self._starting.setdefault((sessionid, definition.name), asyncio.Lock())
         async with lock:
             if (running := self.running(sessionid, definition)) is not None:
@@ -67,7 +68,7 @@ class McpServers:
             await self._stop(sessionid, definition.name)
             client = McpClient(definition)
             try:
-                await client.start(root)
+                await client.start(root, confine=confine)
                 raw = await client.list_tools()
             except McpError as exc:
                 await client.close()

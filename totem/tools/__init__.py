@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from .. import boundary
 from ..permissions import CALL, PATH, TEXT, ToolKind
@@ -52,7 +53,8 @@ class ToolContext:
     # `always_ask` (a reason such as "resolves to 127.0.0.1"), an allow rule is not enough: the
     # person is asked. Raises ToolError when denied or rejected.
     permit: Callable[..., Awaitable[None]] | None = None
-    start_job: Callable[[str], dict] | None = None  # run a command in the background; returns the job
+    # Run a command in the background under a confinement (the call's); returns the job.
+    start_job: Callable[[str, Any], dict] | None = None
     # Hand a piece of work to a sub-agent (the task tool): runs it as a child session and
     # returns (its final answer, its session id). Raises ToolError.
     delegate: Callable[[str, str, str], Awaitable[tuple[str, str]]] | None = None
@@ -62,6 +64,9 @@ class ToolContext:
     # The session's settings for commands (settings.py); None: the tool's own default.
     command_timeout: int | None = None
     output_cap: int | None = None
+    # What the call's processes may reach (sandbox.Confinement); None: not confined (a tool
+    # that starts no process, or a context made outside a run).
+    confinement: Any = None
 
 
 @dataclass(frozen=True)
@@ -96,6 +101,11 @@ class Tool:
     async def run(self, args: dict, ctx: ToolContext) -> ToolResult:
         """Do the work. Raises ToolError with a message for the model."""
         raise NotImplementedError
+
+    def unconfined(self, args: dict) -> bool:
+        """Whether the call asks to run its processes outside the sandbox (bash's
+        `outside_sandbox`): the permission engine then always asks, never from a rule."""
+        return False
 
     def question_input(self, args: dict) -> dict:
         """What a question about the call shows of it: its arguments."""

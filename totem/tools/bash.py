@@ -7,13 +7,20 @@ output and a last line with the exit code (or the timeout). A non-zero exit is a
 error: the model needs the output to fix what failed. Only a command that cannot start is a
 ToolError.
 
+The line runs inside the sandbox of `ctx.confinement` (sandbox.py: what it may write and read,
+the network, the process limit), and what the sandbox refused is named under the output. With
+`outside_sandbox` the call runs unconfined: the permission engine then always asks the person,
+never from a rule, never "always", and never in a scheduled run, a sub-agent or Plan mode.
+
 Must not: split the command line or judge it (permissions does, from the whole line that
-`subjects()` returns), run anywhere but the project root, or scrub secrets (the caller does).
+`subjects()` returns), run anywhere but the project root, decide what the sandbox allows, or
+scrub secrets (the caller does).
 """
 
 from __future__ import annotations
 
 import signal
+from collections.abc import Sequence
 
 from .. import runner
 from ..permissions import COMMAND, ToolKind
@@ -28,6 +35,8 @@ OUTPUT_CAP_BYTES = 30_000
 # Live output stops after this much; the person still gets the kept output in the result.
 MAX_STREAM_CHARS = 1_000_000
 STREAM_STOPPED_NOTE = "\n[live output stops here; the command goes on]\n"
+SANDBOX_HINT = ("[if the command must do what the sandbox refused, call bash again with outside_sandbox: true; "
+                "the person is asked]")
 
 
 class BashTool(Tool):
@@ -43,6 +52,9 @@ class BashTool(Tool):
             "description": {"type": "string", "maxLength": MAX_DESCRIPTION_CHARS,
                             "description": "What it does, in a few words, for the person"},
             "background": {"type": "boolean", "description": "Run as a job (servers, watchers)"},
+            "outside_sandbox": {"type": "boolean",
+                                "description": "Run outside the sandbox, only after it refused what the command "
+                                               "must do; the person is asked every time"},
         },
         "required": ["command"],
         "additionalProperties": False,
@@ -53,27 +65,37 @@ class BashTool(Tool):
         """The whole command line: the permission engine splits and judges it."""
         return [args["command"]]
 
+    def unconfined(self, args: dict) -> bool:
+        return bool(args.get("outside_sandbox"))
+
     async def run(self, args: dict, ctx: ToolContext) -> ToolResult:
         command = args["command"]
         if args.get("background"):
             return self._start_job(command, args, ctx)
         timeout_s = int(args.get("timeout") or ctx.command_timeout or runner.DEFAULT_TIMEOUT_S)
+        confinement = ctx.confinement
         try:
             result = await runner.run_command(
                 command, cwd=ctx.root, timeout_s=timeout_s, output_cap_bytes=ctx.output_cap or OUTPUT_CAP_BYTES,
-                on_output=_Stream(ctx.emit) if ctx.emit else None)
+                on_output=_Stream(ctx.emit) if ctx.emit else None,
+                confine=confinement.launch if confinement is not None else None)
         except runner.CommandError as exc:
             raise ToolError(str(exc)) from None
-        data = {"exit_code": result.exit_code, "timed_out": result.timed_out,
-                "duration_ms": round(result.duration_s * 1000), "cut_bytes": result.cut_bytes}
-        return ToolResult(_report(result, timeout_s), title=_title(args), data=data)
+        notes = confinement.explain(result.output) if confinement is not None else []
+        data: dict = {"exit_code": result.exit_code, "timed_out": result.timed_out,
+                      "duration_ms": round(result.duration_s * 1000), "cut_bytes": result.cut_bytes}
+        if notes:
+            data["sandbox"] = notes
+        if confinement is not None and confinement.policy is None and args.get("outside_sandbox"):
+            data["outside_sandbox"] = True
+        return ToolResult(_report(result, timeout_s, notes), title=_title(args), data=data)
 
 
     def _start_job(self, command: str, args: dict, ctx: ToolContext) -> ToolResult:
         if ctx.start_job is None:
             raise ToolError("background jobs are not available in this run")
         try:
-            job = ctx.start_job(command)
+            job = ctx.start_job(command, ctx.confinement)
         except Exception as exc:  # JobError: too many jobs
             raise ToolError(str(exc)) from None
         return ToolResult(f"Started job {job['id']} in the background. The person sees its output and can stop "
@@ -98,9 +120,11 @@ class _Stream:
             self.emit(STREAM_STOPPED_NOTE)
 
 
-def _report(result: runner.CommandResult, timeout_s: int) -> str:
-    """The output and the lines that say how the command ended."""
-    lines = [result.output.removesuffix("\n") if result.output else "(no output)"]
+def _report(result: runner.CommandResult, timeout_s: int, notes: Sequence[str] = ()) -> str:
+    """The output, what the sandbox refused, and the lines that say how the command ended."""
+    lines = [result.output.removesuffix("\n") if result.output else "(no output)", *notes]
+    if notes:
+        lines.append(SANDBOX_HINT)
     if result.timed_out:
         lines.append(f"[timed out after {timeout_s} s; the process group was killed]")
         return "\n".join(lines)
