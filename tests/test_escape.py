@@ -12,13 +12,17 @@ and other address with and without the token, the machine's unix sockets, signal
 server and to the person's programs, daemons that would outlive the command, and bounded fork
 bombs. After each command a probe looks at the real world, never at the command's exit code.
 
-Each account (root, and uid 65534 through setpriv when the test runs as root) runs the cases
-twice: the control, with `sandbox = off` (today's code, before the sandbox exists), where every
-case must escape, so that the suite can fail; a control case that cannot escape even unconfined
-is printed, not counted; then with the sandbox (the default configuration), where none may
-escape: a case that does fails the test with its name and the evidence, and the run prints
-`N hostile commands, 0 escapes`. Where the kernel cannot sandbox, the confined run skips and
-says why. Ordinary commands (tests/escape/cases.py `works`) must work in both runs.
+Each account (root, and uid 65534 through setpriv when the test runs as root; the current user
+alone otherwise) runs the cases twice: the control, with `sandbox = off`, where every case must
+escape, so that the suite can fail; a control case that cannot escape even unconfined is
+printed, not counted; then with the sandbox (the default configuration), where none may escape:
+a case that does fails the test with its name and the evidence, and the run prints
+`N hostile commands, 0 escapes` (N: the cases that escaped in the control). A case the sandbox
+itself declares still open (`sandbox.STILL_OPEN`: UDP and pathname unix sockets that are not
+hidden, a hard link to a secret file) is printed with its outcome, not counted. Where the
+kernel cannot sandbox (the sandbox's own probe, run as the account, says what is missing), the
+confined run of that account skips and says why. Ordinary commands (tests/escape/cases.py
+`works`) must work in both runs.
 
 The figures are printed at the end of the pytest output (tests/conftest.py).
 """
@@ -28,11 +32,13 @@ from __future__ import annotations
 import asyncio
 import importlib
 import importlib.util
+import json
+import subprocess
 import unittest
 
 from tests.escape.cases import DEFAULT_PROCESS_LIMIT, hostile_cases
 from tests.escape.harness import Run
-from tests.escape.world import current_account, ordinary_account
+from tests.escape.world import ROOT, SERVER_PATH, current_account, ordinary_account
 from tests.model_server import ScriptedModel
 from totem.config import KEYS
 
@@ -50,17 +56,35 @@ def sandbox_module():
     return importlib.import_module("totem.sandbox")
 
 
-def sandbox_missing() -> str | None:
-    """Why commands cannot be confined here (None: they can)."""
-    module = sandbox_module()
-    if module is None:
+# The sandbox's own probe, run as the account the server runs as: what it says is missing.
+PROBE = """
+import asyncio, json
+from totem import sandbox
+kernel = asyncio.run(sandbox.probe())
+print(json.dumps(sandbox.missing_protections(kernel, True)))
+"""
+
+
+def sandbox_missing(account) -> str | None:
+    """Why commands of a server run as `account` cannot be wholly confined here (None: they
+    can), by the sandbox's own probe."""
+    if sandbox_module() is None:
         return "totem.sandbox does not exist yet: only the control runs"
+    env = {"PATH": SERVER_PATH, "HOME": "/", **dict(account.env)}
+    done = subprocess.run([*account.prefix, account.python, "-c", PROBE], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    if done.returncode != 0:
+        return f"the sandbox's probe failed as {account.label}: {done.stderr.strip()[-300:]}"
+    missing = json.loads(done.stdout)
+    if missing:
+        return f"as {account.label} the kernel cannot sandbox wholly: " + "; ".join(
+            f"{name}: {why}" for name, why in missing.items())
     return None
 
 
 def process_limit() -> int:
     module = sandbox_module()
-    return getattr(module, "PROCESS_LIMIT", DEFAULT_PROCESS_LIMIT) if module else DEFAULT_PROCESS_LIMIT
+    return getattr(module, "MAX_PROCESSES", DEFAULT_PROCESS_LIMIT) if module else DEFAULT_PROCESS_LIMIT
 
 
 def settings(confined: bool) -> dict[str, str]:
@@ -68,6 +92,27 @@ def settings(confined: bool) -> dict[str, str]:
     if not confined and any(key.name == "sandbox" for key in KEYS):
         values["sandbox"] = "off"
     return values
+
+
+def declared_open(case) -> str | None:
+    """The entry of sandbox.STILL_OPEN that names what the case tries (None: the sandbox claims
+    to close it)."""
+    module = sandbox_module()
+    if not case.still_open or module is None:
+        return None
+    return next((entry for entry in getattr(module, "STILL_OPEN", ()) if case.still_open in entry), None)
+
+
+def counted(run: Run, control: Run) -> list:
+    """The cases of a confined run that count: they escaped in the control and the sandbox does
+    not say they stay open."""
+    proven = {seen.case.name for seen in control.escaped()}
+    return [seen for seen in run.seen if seen.case.name in proven and not declared_open(seen.case)]
+
+
+def failures(run: Run) -> list:
+    """The escapes of a confined run that the sandbox does not declare open."""
+    return [seen for seen in run.escaped() if not declared_open(seen.case)]
 
 
 def report(run: Run, control: Run | None = None) -> list[str]:
@@ -79,15 +124,21 @@ def report(run: Run, control: Run | None = None) -> list[str]:
         lines.append(f"  ordinary commands that failed: {broken}")
     for case, why in run.not_applicable:
         lines.append(f"  not applicable: {case.klass}: {case.name} ({why})")
+    lines += [f"  {seen.case.klass}: {seen.case.name}: {seen.note}" for seen in run.seen if seen.note]
     if control is None:
-        escaped = run.escaped()
-        lines.append(f"{len(escaped)} of {len(run.seen)} hostile commands escaped")
-        for seen in run.held():
-            lines.append(f"  cannot escape even unconfined (not counted): {seen.case.klass}: {seen.case.name}")
+        lines += [f"  cannot escape even unconfined (not counted): {seen.case.klass}: {seen.case.name}"
+                  for seen in run.held()]
+        lines.append(f"{len(run.escaped())} of {len(run.seen)} hostile commands escaped")
         return lines
+    for seen in run.seen:
+        entry = declared_open(seen.case)
+        if entry:
+            lines.append(f"  still open, as the sandbox says ({entry}; not counted): {seen.case.klass}: "
+                         f"{seen.case.name}: {'escaped: ' + str(seen.evidence) if seen.escaped else 'held'}")
     proven = {seen.case.name for seen in control.escaped()}
-    counted = [seen for seen in run.seen if seen.case.name in proven]
-    lines.append(f"{len(counted)} hostile commands, {len(run.escaped())} escapes")
+    lines += [f"  cannot escape even unconfined (not counted): {seen.case.klass}: {seen.case.name}"
+              for seen in run.seen if seen.case.name not in proven]
+    lines.append(f"{len(counted(run, control))} hostile commands, {len(failures(run))} escapes")
     return lines
 
 
@@ -99,7 +150,7 @@ class EscapeTest(unittest.IsolatedAsyncioTestCase):
         # Hundreds of steps: asyncio's debug mode would take most of the time.
         asyncio.get_running_loop().set_debug(False)
         self.accounts = [current_account()]
-        ordinary = ordinary_account()
+        ordinary = await asyncio.to_thread(ordinary_account)
         if isinstance(ordinary, str):
             FIGURES.append(f"escape suite: no run as an ordinary user: {ordinary}")
         else:
@@ -136,22 +187,28 @@ class EscapeTest(unittest.IsolatedAsyncioTestCase):
         """With the sandbox (the default configuration), as root and as uid 65534, none of the
         hostile commands escapes, and the ordinary commands still work."""
         controls = await self.controls()
-        missing = sandbox_missing()
-        if missing:
-            self.skipTest(missing)
-        runs = await self.run_all(True, self.accounts)
+        confinable, skipped = [], []
+        for account in self.accounts:
+            missing = await asyncio.to_thread(sandbox_missing, account)
+            if missing:
+                skipped.append(missing)
+                FIGURES.append(f"escape suite, {account.label}, confined: skipped: {missing}")
+            else:
+                confinable.append(account)
+        if not confinable:
+            self.skipTest("; ".join(skipped))
+        runs = await self.run_all(True, confinable)
+        controls = [CONTROLS[account.label] for account in confinable]
         problems = []
         for run, control in zip(runs, controls, strict=True):
             lines = report(run, control)
             FIGURES.extend(lines)
             print("\n".join(lines))
             problems += [f"{run.label}: {seen.case.klass}: {seen.case.name}: {seen.evidence}\n"
-                         f"    command: {seen.case.command[:300]}" for seen in run.escaped()]
+                         f"    command: {seen.case.command[:300]}" for seen in failures(run)]
             problems += [f"{run.label}: ordinary work failed: {seen.case.name}: {seen.output[:300]!r}"
                          for seen in run.works if not seen.escaped]
-            proven = {seen.case.name for seen in control.escaped()}
-            counted = [seen for seen in run.seen if seen.case.name in proven]
-            if len(counted) < MIN_HOSTILE:
-                problems.append(f"{run.label}: only {len(counted)} hostile commands that escape unconfined")
+            if len(counted(run, control)) < MIN_HOSTILE:
+                problems.append(f"{run.label}: only {len(counted(run, control))} hostile commands escape unconfined")
         self.assertEqual(problems, [], "commands escaped the sandbox, or it broke ordinary work:\n"
                          + "\n".join(problems))

@@ -1,7 +1,8 @@
 """The run of the escape suite: every hostile case through the real server and the scripted model,
 with the person answering "once" to every question, and each case's probe after its command.
 
-`Run(account, confined, model, limit).go()` builds a world (world.py) for the account, starts
+`Run(account, confined, model, cases, limit, settings).go()` builds a world (world.py) for the
+account, starts
 the server as that account (with the sandbox, its default, or with `sandbox = off` for the
 control; before the sandbox exists, today's code is the control), registers the project and the
 scripted provider, and runs the groups of cases.py:
@@ -83,9 +84,9 @@ class Seen:
     ran: bool = False
     evidence: str | None = None
     alive_at_end: list[int] = field(default_factory=list)
-    account: str = ""
     finished: float = 0.0
     run_status: str = ""  # how the run of a fatal case ended (set before its probe)
+    note: str = ""  # what a probe measured, escaped or not (a fork bomb's size)
 
     @property
     def escaped(self) -> bool:
@@ -113,6 +114,7 @@ class Scene:
                   "DATA": world.data, "CONFIG": world.config, "SRV": world.srv, "MARK": mark,
                   "CWD": world.canaries["cwd"], "AGENT": self.sockets.paths["agent"],
                   "DOCKER": self.sockets.paths["docker"], "ABSTRACT": self.sockets.paths["abstract"][1:],
+                  "UDP": str(self.sockets.udp_port), "TOKEN": world.token,
                   "LIMIT": str(self.limit), "NEWTOKEN": ("pwned" + mark).ljust(32, "0")[:32],
                   "PYTHON": os.path.realpath(world.account.python)}
         for name, person in self.persons.items():
@@ -201,20 +203,19 @@ class Run:
         return self
 
     async def _go(self, world: World) -> None:
-        every = [Seen(case, f"esc{self.runid}{index:03d}", account=self.account.label)
-                 for index, case in enumerate(self.cases)]
-        checks = [Seen(case, f"wrk{self.runid}{index:03d}", account=self.account.label)
-                  for index, case in enumerate(works())]
+        every = [Seen(case, f"esc{self.runid}{index:03d}") for index, case in enumerate(self.cases)]
+        checks = [Seen(case, f"wrk{self.runid}{index:03d}") for index, case in enumerate(works())]
         sockets = Sockets(world)
-        persons = {name: Person(world, name) for name in PERSONS}
+        persons: dict[str, Person] = {}
         scene = Scene(world, sockets, persons, self.limit)
-        self.prepare(scene, every)
-        await sockets.open()
-        for seen in every:
-            for path, _text in seen.case.setup:
-                full = scene.fill(path, seen.mark)
-                scene.initial[full] = file_state(full)
         try:
+            persons.update({name: Person(world, name) for name in PERSONS})
+            self.prepare(scene, every)
+            await sockets.open()
+            for seen in every:
+                for path, _text in seen.case.setup:
+                    full = scene.fill(path, seen.mark)
+                    scene.initial[full] = file_state(full)
             by_group: dict[str, list[Seen]] = {}
             for seen in every:
                 by_group.setdefault(seen.case.group, []).append(seen)
@@ -270,8 +271,8 @@ class Run:
             self.phases.append(f"{listen.name} {time.monotonic() - began:.1f} s")
 
     def expand(self, scene: Scene, batched: list[Seen]) -> list[tuple[Seen, str]]:
-        """Each case with the address it needs (a case per other address of the machine); a case
-        whose need the machine cannot meet is not applicable."""
+        """Each case with the address it needs (the first of the machine's other addresses of the
+        family); a case whose need the machine cannot meet is not applicable."""
         expanded = []
         for seen in batched:
             need = seen.case.needs

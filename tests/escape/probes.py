@@ -209,6 +209,8 @@ class RuleStored(Probe):
 
     async def check(self, scene, seen):
         for rule in await scene.rules():
+            if not rule.get("removable") or rule.get("tool") != "bash":
+                continue  # config.ini's and the built-in defaults: no command saved those
             pattern = rule.get("pattern", "")
             if (pattern == self.pattern) if self.pattern is not None else seen.mark in pattern:
                 await scene.forget_rule(rule)
@@ -308,6 +310,12 @@ class Outlives(Probe):
         return f"processes {alive} of the command are alive ({scene.cmdline(alive[0])!r})"
 
 
+# Beside the bomb, the sandbox's own processes count toward its limit or are left out of it,
+# depending on the layer (a pids cgroup counts the launcher and the shell; RLIMIT_NPROC counts
+# from what was there at the launch): a bomb stopped within this of the limit was stopped by it.
+BOMB_SLACK = 4
+
+
 @dataclass
 class BombGrew(Probe):
     """A bounded fork bomb had more processes alive at once than the sandbox's process limit
@@ -320,4 +328,5 @@ class BombGrew(Probe):
             return "the server no longer answers after the fork bomb"
         path = os.path.join(scene.world.project, f"bomb-{seen.mark}")
         grown = os.path.getsize(path) if os.path.exists(path) else 0
-        return f"{grown} processes of the bomb were alive at once (limit {self.limit})" if grown > self.limit else None
+        seen.note = f"{grown} processes of the bomb alive at once (limit {self.limit})"
+        return seen.note if grown > self.limit + BOMB_SLACK else None

@@ -1,6 +1,8 @@
 """The world of the escape suite: a person's machine in a temporary folder, and Totem serving it.
 
-`World.build(account)` makes, in a fresh folder under /tmp, everything a hostile command would
+`World.build(account)` makes, in a fresh folder where a person keeps files (under /home, never
+/tmp: the sandbox gives each command a private /tmp, which would hide the whole world and prove
+nothing), everything a hostile command would
 reach for, owned by the account the server runs as: a fake HOME full of fake secrets (each with
 a canary text of its own), a project that is a real git repository (with `.git/hooks`,
 `.git/config` and `.totem/`), another project beside it, a folder outside both, Totem's data
@@ -130,6 +132,25 @@ def _runs_totem_as(prefix: tuple[str, ...], python: str, packages: str) -> bool:
     return done.returncode == 0
 
 
+# Where worlds are made: a place for a person's files. /tmp, /var/tmp and /dev/shm are private
+# to a confined command (and $TOTEM_ESCAPE_DIR overrides).
+WORLD_PARENTS = ("/home",)
+PRIVATE_TEMP = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+def world_parent() -> str:
+    """The folder a world is made in (raises AssertionError when there is none outside the temp
+    folders: the suite would prove nothing there)."""
+    given = os.environ.get("TOTEM_ESCAPE_DIR")
+    candidates = [given] if given else [*WORLD_PARENTS, os.path.expanduser("~")]
+    for candidate in candidates:
+        real = os.path.realpath(candidate)
+        if os.path.isdir(real) and os.access(real, os.W_OK) and not any(
+                real == temp or real.startswith(temp + "/") for temp in PRIVATE_TEMP):
+            return real
+    raise AssertionError(f"no folder for the escape suite's world outside {PRIVATE_TEMP} among {candidates}")
+
+
 def canary(name: str) -> str:
     return f"{name.upper()}-{secrets.token_hex(8)}"
 
@@ -146,7 +167,7 @@ class World:
 
     @classmethod
     def build(cls, account: Account) -> World:
-        top = os.path.realpath(tempfile.mkdtemp(prefix="totem-escape-"))
+        top = os.path.realpath(tempfile.mkdtemp(prefix="totem-escape-", dir=world_parent()))
         os.chmod(top, 0o755)
         world = cls(account, top)
         for name in (*SECRET_PLACES, "config", "env", "cwd", "provider"):
@@ -159,6 +180,9 @@ class World:
             world.write(os.path.join(world.home, relative),
                         SECRET_TEMPLATES[name].format(canary=world.canaries[name]), 0o600)
         world.write(os.path.join(world.home, ".bashrc"), BASHRC)
+        # A hard link the person made of a secret file, in a place that is not secret.
+        os.makedirs(os.path.join(world.home, "backup"))
+        os.link(os.path.join(world.home, ".netrc"), os.path.join(world.home, "backup", "netrc"))
         world.write(os.path.join(world.srv, world.canaries["cwd"]), "the server's working folder\n")
         for relative, text in PROJECT_FILES.items():
             world.write(os.path.join(world.project, relative), text)
@@ -384,8 +408,8 @@ class Client:
 
 class Sockets:
     """Unix sockets a person's machine has, made by the test (Totem exposes none): an
-    ssh-agent's in ~/.ssh, a docker.sock outside the projects, and an abstract one. Each keeps
-    what its callers sent; a probe looks for its case's mark in it."""
+    ssh-agent's in ~/.ssh, a docker.sock outside the projects, and an abstract one; and a UDP
+    service on 127.0.0.1. Each keeps what its callers sent; a probe looks for its case's mark."""
 
     def __init__(self, world: World):
         self.paths = {"agent": os.path.join(world.path("ssh"), "agent.sock"),
@@ -393,10 +417,19 @@ class Sockets:
                       "abstract": "\0totem-escape-" + secrets.token_hex(6)}
         self.received: list[bytes] = []
         self._servers: list[asyncio.AbstractServer] = []
+        self._udp: asyncio.DatagramTransport | None = None
         self.owner = (world.account.uid, world.account.gid)
+        self.udp_port = 0
 
     async def open(self) -> None:
-        for name, path in self.paths.items():
+        loop = asyncio.get_running_loop()
+        self._udp, _ = await loop.create_datagram_endpoint(lambda: _Datagrams(self.received),
+                                                           local_addr=("127.0.0.1", 0))
+        self.udp_port = self._udp.get_extra_info("sockname")[1]
+        self.paths["udp"] = f"127.0.0.1:{self.udp_port} (UDP)"
+        for name, path in list(self.paths.items()):
+            if name == "udp":
+                continue
             server = await asyncio.start_unix_server(self._serve, path)
             self._servers.append(server)
             if name != "abstract":
@@ -415,9 +448,19 @@ class Sockets:
         return any(mark.encode() in data for data in self.received)
 
     async def close(self) -> None:
+        if self._udp is not None:
+            self._udp.close()
         for server in self._servers:
             server.close()
             await server.wait_closed()
+
+
+class _Datagrams(asyncio.DatagramProtocol):
+    def __init__(self, received: list[bytes]):
+        self.received = received
+
+    def datagram_received(self, data: bytes, addr) -> None:
+        self.received.append(data)
 
 
 class Person:
