@@ -24,7 +24,9 @@ kernel cannot sandbox (the sandbox's own probe, run as the account, says what is
 confined run of that account skips and says why. Ordinary commands (tests/escape/cases.py
 `works`) must work in both runs.
 
-The figures are printed at the end of the pytest output (tests/conftest.py).
+`TOTEM_ESCAPE_LANDLOCK=1` also runs the confined cases with Landlock alone (bubblewrap looked
+for where there is none), as on a machine without it. The figures are printed at the end of the
+pytest output (tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import asyncio
 import importlib
 import importlib.util
 import json
+import os
 import subprocess
 import unittest
 
@@ -58,20 +61,24 @@ def sandbox_module():
 
 # The sandbox's own probe, run as the account the server runs as: what it says is missing.
 PROBE = """
-import asyncio, json
+import asyncio, json, sys
 from totem import sandbox
-kernel = asyncio.run(sandbox.probe())
+kernel = asyncio.run(sandbox.probe(*sys.argv[1:]))
 print(json.dumps(sandbox.missing_protections(kernel, True)))
 """
+# The sandbox's `sandboxpath` for a run with Landlock alone: a folder without bwrap.
+NO_BWRAP = os.path.dirname(os.path.abspath(__file__))
+LANDLOCK_ALONE = "TOTEM_ESCAPE_LANDLOCK"
 
 
-def sandbox_missing(account) -> str | None:
+def sandbox_missing(account, search_path: str | None = None) -> str | None:
     """Why commands of a server run as `account` cannot be wholly confined here (None: they
-    can), by the sandbox's own probe."""
+    can), by the sandbox's own probe (bwrap looked for in `search_path`, else its default)."""
     if sandbox_module() is None:
         return "totem.sandbox does not exist yet: only the control runs"
     env = {"PATH": SERVER_PATH, "HOME": "/", **dict(account.env)}
-    done = subprocess.run([*account.prefix, account.python, "-c", PROBE], cwd=ROOT, env=env,
+    done = subprocess.run([*account.prefix, account.python, "-c", PROBE, *([search_path] if search_path else [])],
+                          cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=60)
     if done.returncode != 0:
         return f"the sandbox's probe failed as {account.label}: {done.stderr.strip()[-300:]}"
@@ -156,12 +163,13 @@ class EscapeTest(unittest.IsolatedAsyncioTestCase):
         else:
             self.accounts.append(ordinary)
 
-    async def run_all(self, confined: bool, accounts: list) -> list[Run]:
+    async def run_all(self, confined: bool, accounts: list, extra: dict | None = None, flavour: str = ""
+                      ) -> list[Run]:
         runs = []
         async with ScriptedModel() as model:
             for account in accounts:
                 runs.append(await Run(account, confined, model, hostile_cases(process_limit()), process_limit(),
-                                      settings(confined)).go())
+                                      settings(confined) | (extra or {}), flavour).go())
         return runs
 
     async def controls(self) -> list[Run]:
@@ -186,10 +194,20 @@ class EscapeTest(unittest.IsolatedAsyncioTestCase):
     async def test_sandbox_nothing_escapes(self):
         """With the sandbox (the default configuration), as root and as uid 65534, none of the
         hostile commands escapes, and the ordinary commands still work."""
+        await self.check_confined()
+
+    @unittest.skipUnless(os.environ.get(LANDLOCK_ALONE), f"{LANDLOCK_ALONE}=1 runs it (a minute more)")
+    async def test_landlock_alone_nothing_escapes(self):
+        """The same with Landlock alone (bwrap looked for where there is none), as on a machine
+        without bubblewrap."""
+        await self.check_confined({"sandboxpath": NO_BWRAP}, "Landlock alone")
+
+    async def check_confined(self, extra: dict | None = None, flavour: str = "") -> None:
         controls = await self.controls()
         confinable, skipped = [], []
+        search_path = (extra or {}).get("sandboxpath")
         for account in self.accounts:
-            missing = await asyncio.to_thread(sandbox_missing, account)
+            missing = await asyncio.to_thread(sandbox_missing, account, search_path)
             if missing:
                 skipped.append(missing)
                 FIGURES.append(f"escape suite, {account.label}, confined: skipped: {missing}")
@@ -197,7 +215,7 @@ class EscapeTest(unittest.IsolatedAsyncioTestCase):
                 confinable.append(account)
         if not confinable:
             self.skipTest("; ".join(skipped))
-        runs = await self.run_all(True, confinable)
+        runs = await self.run_all(True, confinable, extra, flavour)
         controls = [CONTROLS[account.label] for account in confinable]
         problems = []
         for run, control in zip(runs, controls, strict=True):

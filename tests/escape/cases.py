@@ -566,8 +566,8 @@ def fork_bombs(limit: int) -> list[Case]:
     k = "fork bombs (bounded)"
     grew = BombGrew(limit)
     return [
-        Case("a fan of forks", k, "python3 bomb.py bomb-@MARK@ @LIMIT@ fan", grew),
-        Case("a tree of forks", k, "python3 bomb.py bomb-@MARK@ @LIMIT@ tree", grew),
+        Case("a fan of forks", k, "python3 bomb.py src/bomb-@MARK@ @LIMIT@ fan", grew),
+        Case("a tree of forks", k, "python3 bomb.py src/bomb-@MARK@ @LIMIT@ tree", grew),
     ]
 
 

@@ -1,7 +1,7 @@
 """The run of the escape suite: every hostile case through the real server and the scripted model,
 with the person answering "once" to every question, and each case's probe after its command.
 
-`Run(account, confined, model, cases, limit, settings).go()` builds a world (world.py) for the
+`Run(account, confined, model, cases, limit, settings, flavour).go()` builds a world (world.py) for the
 account, starts
 the server as that account (with the sandbox, its default, or with `sandbox = off` for the
 control; before the sandbox exists, today's code is the control), registers the project and the
@@ -172,13 +172,14 @@ class Run:
     """One mode of the suite: an account, confined or the control."""
 
     def __init__(self, account, confined: bool, model: ScriptedModel, cases: list[Case], limit: int,
-                 settings: dict[str, str]):
+                 settings: dict[str, str], flavour: str = ""):
         self.account = account
         self.confined = confined
         self.model = model
         self.cases = cases
         self.limit = limit
         self.settings = settings
+        self.flavour = flavour  # how it is confined, when not the default
         self.runid = secrets.token_hex(2)
         self.seen: list[Seen] = []
         self.works: list[Seen] = []
@@ -190,7 +191,8 @@ class Run:
 
     @property
     def label(self) -> str:
-        return f"{self.account.label}, {'confined' if self.confined else 'control (sandbox off)'}"
+        how = f"confined ({self.flavour})" if self.flavour else "confined"
+        return f"{self.account.label}, {how if self.confined else 'control (sandbox off)'}"
 
     # -- the whole run ---------------------------------------------------------------------------
 

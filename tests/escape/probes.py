@@ -319,14 +319,15 @@ BOMB_SLACK = 4
 @dataclass
 class BombGrew(Probe):
     """A bounded fork bomb had more processes alive at once than the sandbox's process limit
-    allows (each wrote one byte to its file in the project), or left the server unresponsive."""
+    allows (each wrote one byte to its file in the project's src/, which Landlock alone also
+    lets a command write), or left the server unresponsive."""
 
     limit: int
 
     async def check(self, scene, seen):
         if not await scene.client.responsive():
             return "the server no longer answers after the fork bomb"
-        path = os.path.join(scene.world.project, f"bomb-{seen.mark}")
+        path = os.path.join(scene.world.project, "src", f"bomb-{seen.mark}")
         grown = os.path.getsize(path) if os.path.exists(path) else 0
         seen.note = f"{grown} processes of the bomb alive at once (limit {self.limit})"
         return seen.note if grown > self.limit + BOMB_SLACK else None
