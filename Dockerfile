@@ -20,9 +20,12 @@ ENV LANG=C.UTF-8 \
     PYTHONUNBUFFERED=1
 
 # git, ripgrep and bash for the agent and the Terminal panel; tini as PID 1, which hands the
-# stop signal to Totem and reaps the orphans of the commands it runs.
+# stop signal to Totem and reaps the orphans of the commands it runs; bubblewrap for the
+# sandbox of the agent's commands where the container runtime allows user namespaces (the
+# default seccomp profiles of Docker and Podman do not: the sandbox is then Landlock alone,
+# and the container stays the outer boundary; README "The sandbox").
 RUN set -eu; \
-    packages="bash ca-certificates git ripgrep tini"; \
+    packages="bash bubblewrap ca-certificates git ripgrep tini"; \
     if ! python3 -c "import ensurepip, venv" >/dev/null 2>&1; then packages="$packages python3 python3-venv"; fi; \
     apt-get update; \
     DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $packages; \

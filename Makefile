@@ -32,9 +32,11 @@ run: $(VENV)/.runtime
 	$(BIN)/python totem.py
 
 # Debian packages the tests use: ripgrep (grep's fast path; the Python fallback is tested too),
-# chromium (the browser tests drive it with Playwright), and dash and bash (the shells that
-# tests/test_shell_differential.py runs command lines under).
+# chromium (the browser tests drive it with Playwright), dash and bash (the shells that
+# tests/test_shell_differential.py runs command lines under), and bubblewrap (the sandbox's
+# mounts and namespaces; tests/test_sandbox.py tries it and Landlock alone).
 system-packages:
+	@command -v bwrap >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; }
 	@command -v rg >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq ripgrep >/dev/null; }
 	@command -v dash >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq dash >/dev/null; }
 	@command -v bash >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq bash >/dev/null; }

@@ -34,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -100,11 +100,13 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def write_config(folder: str, port: int) -> str:
+def write_config(folder: str, port: int, extra: Mapping[str, str] | None = None) -> str:
+    """A config.ini for a spawned server; `extra` adds keys of [totem] (sandbox = off ...)."""
     path = os.path.join(folder, "config.ini")
     with open(path, "w", encoding="utf-8") as handle:
         handle.write(f"[totem]\nlisten = {HOST}\nport = {port}\n"
                      f"data = {os.path.join(folder, 'data')}\n")
+        handle.writelines(f"{key} = {value}\n" for key, value in (extra or {}).items())
     return path
 
 
@@ -134,7 +136,7 @@ def stop_process(process: subprocess.Popen) -> None:
 
 
 @contextlib.contextmanager
-def running_server(env: dict[str, str], extra_args: tuple[str, ...] = ()):
+def running_server(env: dict[str, str], extra_args: tuple[str, ...] = (), config: Mapping[str, str] | None = None):
     """Spawn `python [extra_args] totem.py --config <temp>` in `env` (see server_env) and yield
     a Server.
 
@@ -143,7 +145,7 @@ def running_server(env: dict[str, str], extra_args: tuple[str, ...] = ()):
     """
     with tempfile.TemporaryDirectory(prefix="totem-bench-") as folder:
         port = free_port()
-        config_path = write_config(folder, port)
+        config_path = write_config(folder, port, config)
         log_path = os.path.join(folder, "server.log")
         with open(log_path, "wb") as log:
             command = [sys.executable, *extra_args, LAUNCHER, "--config", config_path]
@@ -188,11 +190,13 @@ def wait_until_ready(server: Server, path: str = "/api/account") -> float:
         time.sleep(POLL_INTERVAL_S)
 
 
-def measured_on_server(*runs: Callable[[Server], Awaitable[list[tuple]]]) -> list[tuple]:
-    """Spawn a server (bytecode cached in a temporary folder), wait until it answers, and run
-    each `run(server)` in turn: their rows. A BenchError carries the tail of the server's log."""
+def measured_on_server(*runs: Callable[[Server], Awaitable[list[tuple]]],
+                       config: Mapping[str, str] | None = None) -> list[tuple]:
+    """Spawn a server (bytecode cached in a temporary folder; `config`: more keys of its
+    config.ini), wait until it answers, and run each `run(server)` in turn: their rows. A
+    BenchError carries the tail of the server's log."""
     with (tempfile.TemporaryDirectory(prefix="totem-bench-pyc-") as pycache,
-          running_server(server_env(pycache)) as server):
+          running_server(server_env(pycache), config=config) as server):
         wait_until_ready(server)
         rows: list[tuple] = []
         try:

@@ -23,7 +23,7 @@ import uuid
 from tests.model_server import reply
 from tests.test_loop import LoopCase
 from tests.utils import MS, TotemCase, call, next_event, running_totem
-from totem import confine, runner, sandbox
+from totem import confine, refusals, runner, sandbox
 from totem.permissions import (
     COMMAND,
     OUTSIDE_SANDBOX_REASON,
@@ -384,7 +384,7 @@ class ConfinedTest(SandboxCase):
         seen = bytearray()
         child = await runner.spawn_server(["/bin/sh", "-c", f"echo x > {self.outside}/server; echo done"],
                                           cwd=self.root, env=runner.minimal_environment(),
-                                          on_stdout=seen.extend, confine=confinement.launch)
+                                          on_stdout=seen.extend, confine=confinement.launch_server)
         await asyncio.wait_for(asyncio.shield(child.exited), 30_000 * MS)
         await runner.end_server(child)
         self.assertFalse(os.path.exists(os.path.join(self.outside, "server")))
@@ -644,10 +644,13 @@ def test_every_protection_is_missing_without_a_layer():
 def test_explain_names_the_path_not_the_program():
     """A shell names itself first: the note is about the path the error is about."""
     policy = sandbox.Policy(root="/p", temp="/tmp/t", network=False, hidden=("/home/u/.ssh",))
-    notes = sandbox.explain("/bin/bash: line 1: /etc/x: Read-only file system\n"
-                            "cat: /home/u/.ssh/id: No such file or directory\n"
-                            "curl: (6) Could not resolve host: example.com\n", policy, 8470)
+    notes = refusals.explain("/bin/bash: line 1: /etc/x: Read-only file system\n"
+                             "cat: /home/u/.ssh/id: No such file or directory\n"
+                             "curl: (6) Could not resolve host: example.com\n", policy, 8470, "/home/u")
     assert notes[0].startswith("[the sandbox refused writing /etc/x:")
     assert "hides /home/u/.ssh/id" in notes[1]
     assert "network off" in notes[2]
-    assert sandbox.explain("cat: /p/missing: No such file or directory\n", policy, 8470) == []
+    assert refusals.explain("cat: /p/missing: No such file or directory\n", policy, 8470, "/home/u") == []
+    alone = sandbox.Policy(root="/p", temp="/tmp/t", network=True, landlock_alone=True)
+    assert "top of the project" in refusals.explain("/bin/bash: line 1: new.txt: Permission denied", alone, 8470,
+                                                    "/home/u")[0]

@@ -2,11 +2,12 @@
 
 Run as `<python> -I -S /abs/path/confine.py [options] -- <argv>`: a fresh interpreter that is
 single-threaded, so the restrictions it applies to itself (no_new_privs, Landlock, rlimits,
-capabilities) hold for the whole process when it execs the command. The server never applies
-any of them to itself and never runs ctypes between a fork and an exec (a fork of a threaded
-process may deadlock there): it only starts this file, through `runner._spawn`, with the argv
-that `sandbox.py` builds. The server imports this module for its Landlock primitives alone (it
-builds the network ruleset once, in a worker thread, and passes its fd down).
+capabilities) hold for the whole process when it execs the command. The server never runs
+ctypes between a fork and an exec (a fork of a threaded process may deadlock there): it starts
+this file through `runner._spawn`, with the argv that `sandbox.py` builds. The server imports
+this module for its Landlock primitives: it builds the network ruleset once, in a worker
+thread, and either passes its fd down or enforces it on one thread of its own that does
+nothing but start confined commands (`restrict_this_thread`), which then inherit the domain.
 
 Options, applied in this order (every one is optional; a failure prints one line on stderr,
 `totem sandbox: <why>`, and exits with status 126 without running the command):
@@ -175,6 +176,15 @@ def restrict_self(ruleset: int) -> None:
     LandlockError."""
     _check(_libc().syscall(ctypes.c_long(SYS_RESTRICT_SELF), ctypes.c_int(ruleset), ctypes.c_uint32(0)),
            "landlock_restrict_self")
+
+
+def restrict_this_thread(ruleset: int) -> None:
+    """no_new_privs, then the ruleset, for the calling thread alone (and what it forks from
+    now on). The server calls it in a thread of its own that only starts confined commands
+    (sandbox.py), never between a fork and an exec. Raises LandlockError."""
+    libc = _libc()
+    _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
+    restrict_self(ruleset)
 
 
 # -- the launcher ----------------------------------------------------------------------------

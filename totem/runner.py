@@ -29,8 +29,12 @@ The child ends when its first process (the leader: the shell, git, rg) exits. Pr
 running in its group (`server &`) are then stopped, like everything of the group on a timeout,
 when the reader has enough, or when the awaiting task is cancelled (abort): SIGTERM to the
 group, SIGKILL after a grace, the leader reaped. Orphaned members are reaped by init; a process
-that starts its own session (setsid, a daemon) leaves the group and cannot be reached: an honest
-limit of process groups.
+that starts its own session (setsid, a daemon) leaves the group and cannot be reached, except
+in the sandbox: `run_command` and `spawn_server` take a `confine` (sandbox.py's) that turns the
+argv into a `Launch` (bwrap and its PID namespace, which ends with the leader, or the launcher
+that stays as a subreaper), with the descriptors the child inherits, a `started` step once it
+runs, a `spawner` (the thread whose Landlock domain it must inherit) and a `release` once it
+has ended.
 
 The pipes are read through a SubprocessProtocol (the machinery under
 `asyncio.create_subprocess_exec`) rather than `Process.wait()`, because in current Python
@@ -58,6 +62,7 @@ import termios
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 DEFAULT_TIMEOUT_S = 120.0
 DEFAULT_OUTPUT_CAP_BYTES = 30_000
@@ -105,6 +110,12 @@ class Launch:
     env: Mapping[str, str] = field(default_factory=dict)
     pass_fds: tuple[int, ...] = ()
     release: Callable[[], Awaitable[None]] | None = None
+    # Called with the leader's pid once it runs, before anything else waits on it (the
+    # sandbox puts the command in its cgroup, then lets it go on). Raises to stop the child.
+    started: Callable[[int], Awaitable[None]] | None = None
+    # Runs a coroutine function (the start and the watch of the child) where the child must be
+    # forked from: the sandbox's thread that holds a Landlock domain, which a child inherits.
+    spawner: Callable[[Callable[[], Awaitable[Any]]], Awaitable[Any]] | None = None
 
 
 # Turns a child's argv into its Launch; raises CommandError to refuse it.
@@ -195,19 +206,29 @@ async def run_command(command: str | Sequence[str], *, cwd: str, timeout_s: floa
     child_env = minimal_environment()
     child_env.update(env or {})
     child_env.update(launch.env)
-    sink = _TextSink(output_cap_bytes, on_output)
+    # With a spawner the child is watched from another thread's loop: its output comes back here.
+    sink = _TextSink(output_cap_bytes, _on_this_loop(on_output) if launch.spawner and on_output else on_output)
     started = time.monotonic()
-    try:
+
+    async def execute() -> tuple[int | None, bool, bool]:
         try:
             transport, collector = await _spawn(launch.argv, cwd, child_env, {_STDOUT: sink},
                                                 merge_stderr=True, pass_fds=launch.pass_fds)
         except OSError as exc:
             where = f" ({exc.filename})" if exc.filename else ""
             raise CommandError(f"the command could not start: {exc.strerror or exc}{where}") from None
-        returncode, timed_out, killed = await _supervise(transport, collector, timeout_s, KILL_GRACE_S)
+        await _started(launch, transport)
+        return await _supervise(transport, collector, timeout_s, KILL_GRACE_S)
+
+    try:
+        if launch.spawner is None:
+            returncode, timed_out, killed = await execute()
+        else:
+            returncode, timed_out, killed = await launch.spawner(execute)
     finally:
         if launch.release is not None:
             await asyncio.shield(launch.release())
+    sink.on_output = on_output
     sink.finish()
     output, cut = sink.buffer.text()
     return CommandResult(exit_code=returncode, output=output, timed_out=timed_out,
@@ -256,6 +277,30 @@ async def run_process(argv: Sequence[str], *, cwd: str, env: Mapping[str, str],
                          stderr=bytes(stderr.kept), timed_out=timed_out, killed=killed,
                          stopped=collector.stopped.done(), stdout_cut=stdout.cut,
                          stderr_cut=stderr.cut)
+
+
+def _on_this_loop(callback: Callable[[str], None]) -> Callable[[str], None]:
+    """`callback`, called on the running loop whatever thread calls the result (in order)."""
+    loop = asyncio.get_running_loop()
+
+    def send(text: str) -> None:
+        loop.call_soon_threadsafe(callback, text)
+    return send
+
+
+async def _started(launch: Launch, transport: asyncio.SubprocessTransport) -> None:
+    """Run the launch's `started` on a child that runs; if it fails or is cancelled, the
+    child's group is stopped before the error goes on."""
+    if launch.started is None:
+        return
+    try:
+        await launch.started(transport.get_pid())
+    except BaseException:
+        try:
+            await kill_group(_Child(transport), ABORT_GRACE_S)
+        finally:
+            transport.close()
+        raise
 
 
 async def _spawn(argv: list[str], cwd: str, env: dict[str, str],
@@ -335,6 +380,8 @@ async def spawn_server(argv: Sequence[str], *, cwd: str, env: Mapping[str, str],
     if not argv:
         raise ValueError("empty command")
     launch = await confine(argv) if confine is not None else Launch(argv)
+    if launch.spawner is not None:  # its pipes and its exit are watched here, on this loop
+        raise ValueError("a server child is started on the loop that talks to it, not by a spawner")
     stderr = OutputBuffer(stderr_cap)
 
     def read_stdout(data: bytes) -> None:
@@ -344,6 +391,7 @@ async def spawn_server(argv: Sequence[str], *, cwd: str, env: Mapping[str, str],
         transport, collector = await _spawn(launch.argv, cwd, dict(env) | dict(launch.env),
                                             {_STDOUT: read_stdout, _STDERR: stderr.add}, keep_stdin=True,
                                             pass_fds=launch.pass_fds)
+        await _started(launch, transport)
     except BaseException:
         if launch.release is not None:
             await asyncio.shield(launch.release())

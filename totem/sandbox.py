@@ -1,7 +1,7 @@
 """The kernel sandbox of every process the agent starts: the policy, what this kernel can enforce
 (probed once), and the argv that confines a child.
 
-Policy (one place; README "Security" says where each part holds):
+Policy (one place; README "The sandbox" says where each part holds):
 - write: only the session's folder (project or worktree), its private temp folder (bound as
   /tmp, and TMPDIR), /dev/null and ptys, and the folders of the setting `writable`. Inside the
   folder, `.git/hooks`, `.git/config` (`config.worktree`, `commondir`, `modules/`, a worktree's
@@ -20,27 +20,34 @@ Policy (one place; README "Security" says where each part holds):
   (`Confinement.explain`).
 
 Layers: bubblewrap (`bwrap`, looked for in `sandboxpath` only, never the person's PATH) gives
-the mounts: `--ro-bind / /`, the writable folders bound back, empty read-only binds over the
-hidden places, a PID namespace that ends with the command (`--unshare-pid --die-with-parent`), no
-capabilities as root, `--unshare-net` with the network off. Landlock on top, from the launcher
-`confine.py` run inside: with the network on, a ruleset refusing TCP connect to Totem's port
-(built once per server, passed as an fd) that also scopes signals and abstract unix sockets.
-Without bubblewrap, Landlock alone: file rules as an allow-list (the entries of `/` and of the
-hidden places' parents, minus the hidden places; writes per top-level entry of the project
-minus `.git` and `.totem`, so `.git` stays read-only and a new file at the project's top cannot
-be made), TCP rules, scoping, and the launcher stays as a subreaper that ends what is left.
-The process limit is a pids cgroup per command where one can be made (root), else RLIMIT_NPROC.
+the mounts: `--ro-bind / /`, the private temp folder as /tmp, the writable folders bound back,
+empty read-only binds over the hidden places, a PID namespace that ends with the command
+(`--unshare-pid --die-with-parent`), no capabilities as root, `--unshare-net` with the network
+off. bwrap waits on a pipe (`--block-fd`) once its namespaces are made, while the server puts
+its child in the command's pids cgroup (root) or lowers its RLIMIT_NPROC (an ordinary user:
+inside the user namespace only its processes count). Landlock on top, with the network on: a
+ruleset refusing TCP connect to Totem's port on every address and scoping signals and abstract
+unix sockets, built once per server and enforced on one thread of the server (`spawning.ConfinedLoop`,
+an event loop that only starts and watches these commands) whose children inherit its domain:
+making a domain of 65,534 port rules per command would cost some 20 ms. Without bubblewrap,
+Landlock alone, from the launcher `confine.py`: file rules as an allow-list (the entries of `/`
+and of the hidden places' parents, minus the hidden places; writes per top-level entry of the
+project minus `.git` and `.totem`, so `.git` stays read-only and a new file at the project's
+top cannot be made), TCP rules, scoping, no capabilities as root, and the launcher stays as a
+subreaper that ends what is left. A project MCP server (watched on the server's own loop) takes
+the network domain from the launcher too (`Confinement.launch_server`).
 
 Modes (`sandbox` in config.ini): `auto` confines with what holds and says what does not (the
 start-up line, `status()` for Account|read, `reach()` for every permission question);
 `required` refuses a command when a protection it needs is missing (SandboxRefused naming it),
 and never runs one outside the sandbox; `off` confines nothing and every question says so.
 
-API: `Sandbox(config)`; `await start(port)` (the probe and the network ruleset, in the
-background); `status()`; `confinement(root, sessionid, unattended, limits, outside=False)` ->
-`Confinement` with `reach()`, `await launch(argv)` -> `runner.Launch` (the `confine` of
-`runner.run_command` and `runner.spawn_server`) and `explain(output)`; `question_reach(tool,
-confinement)`; `await forget_session(sessionid)`; `await stop()`.
+API: `Sandbox(config)`; `start(port)` (the probe, in the background; the network ruleset and
+its thread at the first command that needs them); `await status()`; `confinement(root,
+sessionid, unattended, limits, outside=False)` -> `Confinement` with `reach()`,
+`await launch(argv)` -> `runner.Launch` (the `confine` of `runner.run_command`),
+`await launch_server(argv)` (that of `runner.spawn_server`) and `explain(output)`;
+`question_reach(confinement)`; `await forget_session(sessionid)`; `await stop()`.
 
 Must not: decide whether a command may run (permissions does), start a process but through the
 runner, or confine the server's own helpers (git, search) and the Terminal panel.
@@ -50,25 +57,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import logging
 import os
 import re
 import shutil
-import stat
 import sys
 import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from . import confine, runner
+from . import confine, refusals, runner, spawning
 
 log = logging.getLogger("totem.sandbox")
 
 MODES = ("auto", "required", "off")
 # Where bwrap is looked for: the system's folders, never the person's or the project's PATH.
 SYSTEM_PATH = "/usr/bin:/bin:/usr/sbin:/sbin"
-# Under $HOME: credentials and keys of the usual tools (README "Security" lists them).
+# Under $HOME: credentials and keys of the usual tools (README "The sandbox" lists them).
 SECRET_PLACES = (
     ".ssh", ".aws", ".gnupg", ".config/gh", ".config/hub", ".netrc", ".git-credentials",
     ".config/git/credentials", ".docker/config.json", ".kube", ".pypirc",
@@ -94,10 +101,7 @@ PROJECT_READ_ONLY = (".totem",)
 # removed after the command (a mount cannot cover a file that does not exist yet).
 GIT_TRIPWIRES = ("commondir", "config.worktree")
 MAX_PROCESSES = 512
-MAX_NOTES = 4
 CGROUP_PREFIX = "totem-"
-CGROUP_END_TIMEOUT_S = 5.0
-CGROUP_POLL_S = 0.02
 PROBE_TIMEOUT_S = 20.0
 # The package managers' caches, redirected into the temp folder (HOME stays read-only).
 CACHE_VARIABLES = {
@@ -123,7 +127,7 @@ PROTECTIONS = {
     "processlimit": f"at most {MAX_PROCESSES} processes (a fork bomb ends)",
     "tmp": "a private temp folder",
 }
-# What no layer here closes, on any kernel (README "Security", "What is left").
+# What no layer here closes, on any kernel (README "The sandbox", "What is left").
 STILL_OPEN = (
     "UDP and pathname unix sockets that are not hidden, while the network is on",
     "other programs' ports on this machine, and Totem's port through another program (a proxy, a port forward)",
@@ -191,6 +195,7 @@ class Policy:
     worktree_writable: tuple[str, ...] = ()  # of the main repository of a worktree session
     tripwires: tuple[str, ...] = ()  # files removed if a command makes them
     dropped: tuple[str, ...] = ()  # writable folders refused (inside a hidden place), for reach()
+    landlock_alone: bool = False  # no bubblewrap: the project's top level cannot be added to
 
 
 def within(path: str, folder: str) -> bool:
@@ -378,87 +383,6 @@ def readable_paths(policy: Policy, temp_base: str) -> list[str]:
                     if os.path.exists(path)]
 
 
-# -- what a refusal looks like in a command's output -------------------------------------------
-
-_REFUSED = re.compile(r"(read-only file system|permission denied|operation not permitted|"
-                      r"no such file or directory)", re.IGNORECASE)
-_PATH = re.compile(r"""(?:^|[\s'"`(=:])((?:~|\.{0,2})?/[^\s'"`():,;]+|\.[A-Za-z0-9_][^\s'"`():,;]*)""")
-_NO_NETWORK = re.compile(r"network is unreachable|could not resolve host|temporary failure in name resolution|"
-                         r"name or service not known|no address associated with hostname|"
-                         r"nodename nor servname", re.IGNORECASE)
-
-
-def explain(output: str, policy: Policy, port: int | None) -> list[str]:
-    """Lines that name what the sandbox refused, read from a command's output (the errors of
-    programs that name a path: "Read-only file system", "Permission denied", ...; failed name
-    look-ups with the network off; Totem's own port)."""
-    notes: list[str] = []
-    home = home_folder()
-    for line in output.splitlines()[-2000:]:
-        if len(notes) >= MAX_NOTES:
-            break
-        refused = _REFUSED.search(line)
-        if refused:
-            # The path the error is about: the last one before the error's words (a shell or a
-            # program names itself first: "/bin/bash: line 1: /root/x: Read-only file system").
-            paths = [match.group(1) for match in _PATH.finditer(line[:refused.start()])]
-            paths = paths[-1:] or [match.group(1) for match in _PATH.finditer(line[refused.end():])][:1]
-            for text in paths:
-                note = _path_note(text.rstrip("."), line, policy, home)
-                if note and note not in notes:
-                    notes.append(note)
-        if not policy.network and _NO_NETWORK.search(line):
-            note = ("[the sandbox has the network off for this command (settings network, unattendednetwork); "
-                    "it may ask to run outside the sandbox]")
-            if note not in notes:
-                notes.append(note)
-        if policy.network and port and re.search(rf"(?:port |:){port}\b", line) and re.search(
-                r"permission denied|couldn't connect|connection refused|failed to connect", line, re.IGNORECASE):
-            _add(notes, _own_port_note(port))
-    # Landlock refuses a TCP connect with EACCES, which programs print without the port.
-    if policy.network and port and re.search(r"connect", output, re.IGNORECASE) and \
-            re.search(r"permission denied|errno 13\b|eacces", output, re.IGNORECASE) and \
-            not any("refused writing" in note or "hides" in note for note in notes):
-        _add(notes, _own_port_note(port))
-    return notes[:MAX_NOTES]
-
-
-def _own_port_note(port: int) -> str:
-    return f"[the sandbox refuses connections to Totem's own port {port}, on every address]"
-
-
-def _add(notes: list[str], note: str) -> None:
-    if note not in notes:
-        notes.append(note)
-
-
-def _path_note(text: str, line: str, policy: Policy, home: str) -> str | None:
-    if text.startswith("~"):
-        path = home + text[1:]
-    elif text.startswith("/"):
-        path = text
-    else:
-        path = os.path.join(policy.root, text)
-    path = os.path.normpath(path)
-    if within(path, INSIDE_TMP):
-        return None
-    shown = text
-    if any(within(path, place) for place in policy.hidden):
-        return f"[the sandbox hides {shown}: a secret place (or Totem's own data) that commands cannot read]"
-    if "no such file" in line.lower():
-        return None
-    dot_git = os.path.join(policy.root, ".git")
-    protected = any(within(path, place) for place in policy.read_only) or within(path, dot_git)
-    if protected and any(within(path, folder) for folder in (policy.root, *policy.writable)):
-        return (f"[the sandbox refused writing {shown}: .git/hooks, .git/config and .totem/ are read-only "
-                    "to commands; a git command that must write them may ask to run outside the sandbox]")
-    writable = (policy.root, *policy.writable, policy.temp, *policy.worktree_writable)
-    if any(within(path, folder) for folder in writable):
-        return None
-    return (f"[the sandbox refused writing {shown}: outside the folders this command may write "
-            "(the project, its temp folder $TMPDIR and the setting writable)]")
-
-
 # -- the service ----------------------------------------------------------------------------------
 
 @dataclass
@@ -468,6 +392,7 @@ class _Setup:
     tcp_ruleset: int | None = None  # refuses all TCP (network off, Landlock alone)
     problems: list[str] = field(default_factory=list)
     rulesets: asyncio.Future | None = None  # built at the first command that needs them
+    spawner: spawning.ConfinedLoop | None = None  # the thread that holds `port_ruleset`'s domain
 
     def close(self) -> None:
         for fd in (self.port_ruleset, self.tcp_ruleset):
@@ -499,31 +424,34 @@ class Confinement:
         return reach
 
     async def launch(self, argv: list[str]) -> runner.Launch:
-        """The launch of `argv` under this confinement (the `confine` of the runner). Raises
-        SandboxRefused when `sandbox = required` and a protection is missing."""
+        """The launch of `argv` under this confinement (the `confine` of `runner.run_command`).
+        Raises SandboxRefused when `sandbox = required` and a protection is missing."""
         return await self.sandbox.launch(self, list(argv))
+
+    async def launch_server(self, argv: list[str]) -> runner.Launch:
+        """The same for `runner.spawn_server` (a project's MCP server), whose child is watched
+        on the server's own loop: it takes the Landlock domain from the launcher instead."""
+        return await self.sandbox.launch(self, list(argv), spawned_here=True)
 
     def explain(self, output: str) -> list[str]:
         """Notes naming what the sandbox refused, read from the command's output."""
         if self.policy is None:
             return []
-        return explain(output, self.policy, self.sandbox.port)
+        return refusals.explain(output, self.policy, self.sandbox.port, home_folder())
 
 
 class Sandbox:
     """The sandbox of one Totem: its mode, the kernel's offer, the temp folders, the rulesets."""
 
     def __init__(self, config) -> None:
-        self.mode = getattr(config, "sandbox", "auto")
-        self.search_path = getattr(config, "sandboxpath", SYSTEM_PATH)
+        self.mode = config.sandbox
+        self.search_path = config.sandboxpath
         self.data_dir = os.path.realpath(config.data)
         # Its config file, and the one beside totem.py (the default one) whatever was read.
         self.config_files = tuple(dict.fromkeys(os.path.realpath(path) for path in (
-            getattr(config, "source", ""), os.path.join(INSTALL_ROOT, "config.ini")) if path))
-        self.defaults = {"network": getattr(config, "network", True),
-                         "unattendednetwork": getattr(config, "unattendednetwork", False),
-                         "writable": tuple(getattr(config, "writable", ())),
-                         "secrets": tuple(getattr(config, "secrets", ()))}
+            config.source, os.path.join(INSTALL_ROOT, "config.ini")) if path))
+        self.defaults = {"network": config.network, "unattendednetwork": config.unattendednetwork,
+                         "writable": tuple(config.writable), "secrets": tuple(config.secrets)}
         self.port: int | None = None
         self._setup: asyncio.Future | None = None
         self._temp_base: str | None = None
@@ -585,12 +513,14 @@ class Sandbox:
                 if setup.rulesets is not None:
                     with contextlib.suppress(BaseException):
                         await setup.rulesets
+                if setup.spawner is not None:
+                    await setup.spawner.stop()
                 setup.close()
         for path in list(self._cgroups):
-            await _end_cgroup(path, None)
+            await spawning.end_cgroup(path, None)
             self._cgroups.discard(path)
         if self._temp_base is not None:
-            await asyncio.to_thread(_remove_tree, self._temp_base)
+            await asyncio.to_thread(spawning.remove_tree, self._temp_base)
             self._temp_base = None
             self._sessions.clear()
 
@@ -598,7 +528,7 @@ class Sandbox:
         """A removed session: its temp folder goes."""
         folder = self._sessions.pop(sessionid, None)
         if folder is not None:
-            await asyncio.to_thread(_remove_tree, folder)
+            await asyncio.to_thread(spawning.remove_tree, folder)
 
     # -- one call's confinement --------------------------------------------------------------
 
@@ -618,6 +548,9 @@ class Sandbox:
         secrets = tuple(limits.get("secrets", self.defaults["secrets"]) or ())
         hidden = hidden_places(self.data_dir, self.config_files, secrets)
         policy = make_policy(root, self._session_temp_path(sessionid), network, hidden, writable)
+        kernel = self.kernel
+        if kernel is not None and kernel.bwrap is None:
+            policy = dataclasses.replace(policy, landlock_alone=True)
         return Confinement(self, policy)
 
     def question_reach(self, confinement: Confinement | None) -> dict:
@@ -642,8 +575,9 @@ class Sandbox:
             os.mkdir(os.path.join(self._temp_base, "empty"), 0o500)
         return self._temp_base
 
-    async def launch(self, confinement: Confinement, argv: list[str]) -> runner.Launch:
-        """See `Confinement.launch`."""
+    async def launch(self, confinement: Confinement, argv: list[str], spawned_here: bool = False) -> runner.Launch:
+        """See `Confinement.launch`; `spawned_here`: the child cannot be started from the
+        spawner's thread (see `Confinement.launch_server`)."""
         if confinement.policy is None:
             if self.mode == "required":
                 raise SandboxRefused("sandbox = required in config.ini: no command runs outside the sandbox")
@@ -661,41 +595,90 @@ class Sandbox:
         if kernel.bwrap is None and kernel.landlock < 1:
             return runner.Launch(argv, env=self._environment(policy, policy.temp))
         before = {path: os.path.lexists(path) for path in policy.tripwires}
-        pass_fds: list[int] = []
-        options: list[str] = []
-        cgroup = fd = None
+        cgroup = cgroup_fd = None
         if kernel.cgroup is not None:
-            cgroup, fd = _make_cgroup(kernel.cgroup, f"{CGROUP_PREFIX}{os.getpid()}-{next(self._counter)}")
+            name = f"{CGROUP_PREFIX}{os.getpid()}-{next(self._counter)}"
+            cgroup, cgroup_fd = spawning.make_cgroup(kernel.cgroup, name, MAX_PROCESSES)
             self._cgroups.add(cgroup)
-            options += ["--cgroup-fd", str(fd)]
-            pass_fds.append(fd)
-        elif not kernel.root:
-            options += ["--nproc", str(MAX_PROCESSES)]
-        ruleset = setup.port_ruleset if policy.network else (setup.tcp_ruleset if kernel.bwrap is None else None)
-        if ruleset is not None:
-            options += ["--ruleset-fd", str(ruleset)]
-            pass_fds.append(ruleset)
-        python = os.path.realpath(sys.executable)
-        if kernel.bwrap is not None:
-            wrapped = [*bwrap_arguments(kernel.bwrap, policy, kernel.root, os.path.join(self._base(), "empty")),
-                       "--", python, "-I", "-S", LAUNCHER, *options, "--", *argv]
-            temp_inside = INSIDE_TMP
-        else:
-            readable = await asyncio.to_thread(readable_paths, policy, self._base())
-            if kernel.root:
-                options.append("--drop-caps")
-            wrapped = [python, "-I", "-S", LAUNCHER, *options, *landlock_arguments(policy, readable), "--scope",
-                       "--supervise", "--", *argv]
-            temp_inside = policy.temp
+        fds = spawning.Descriptors()
+        if cgroup_fd is not None:
+            fds.own(cgroup_fd)
+        try:
+            spawner = setup.spawner if policy.network and not spawned_here else None
+            if kernel.bwrap is not None:
+                launch = self._bwrap_launch(setup, policy, argv, fds, cgroup_fd, spawner)
+            else:
+                launch = await self._landlock_launch(setup, policy, argv, cgroup_fd, spawner)
+        except BaseException:
+            fds.close_all()
+            if cgroup is not None:
+                await spawning.end_cgroup(cgroup, None)
+            raise
 
         async def release() -> None:
+            fds.close_all()
             if cgroup is not None:
-                await _end_cgroup(cgroup, fd)
+                await spawning.end_cgroup(cgroup, None)
                 self._cgroups.discard(cgroup)
             _spring_tripwires(before)
 
-        return runner.Launch(wrapped, env=self._environment(policy, temp_inside), pass_fds=tuple(pass_fds),
-                             release=release)
+        return dataclasses.replace(launch, release=release)
+
+    def _bwrap_launch(self, setup: _Setup, policy: Policy, argv: list[str], fds: spawning.Descriptors,
+                      cgroup_fd: int | None, spawner: spawning.ConfinedLoop | None) -> runner.Launch:
+        """bwrap for the mounts and namespaces; the launcher inside it only where Landlock must
+        refuse Totem's port (the network on). bwrap waits on a pipe once its namespaces are
+        made, while `started` puts its child in the command's cgroup (root) or limits its
+        processes inside its user namespace (an ordinary user)."""
+        kernel = setup.kernel
+        assert kernel.bwrap is not None
+        info_r, info_w = fds.pipe()
+        block_r, block_w = fds.pipe()
+        pass_fds = [info_w, block_r]
+        inner = argv
+        if policy.network and spawner is None and setup.port_ruleset is not None:
+            inner = [os.path.realpath(sys.executable), "-I", "-S", LAUNCHER, "--ruleset-fd", str(setup.port_ruleset),
+                     "--", *argv]
+            pass_fds.append(setup.port_ruleset)
+        wrapped = [*bwrap_arguments(kernel.bwrap, policy, kernel.root, os.path.join(self._base(), "empty")),
+                   "--info-fd", str(info_w), "--block-fd", str(block_r), "--", *inner]
+
+        async def started(_pid: int) -> None:
+            fds.close(info_w)
+            fds.close(block_r)
+            child = await spawning.bwrap_child_pid(info_r)
+            fds.close(info_r)
+            if child is not None:
+                spawning.limit_child(child, cgroup_fd, kernel.root, MAX_PROCESSES)
+            os.write(block_w, b"1")
+            fds.close(block_w)
+
+        return runner.Launch(wrapped, env=self._environment(policy, INSIDE_TMP), pass_fds=tuple(pass_fds),
+                             started=started, spawner=spawner.run if spawner is not None else None)
+
+    async def _landlock_launch(self, setup: _Setup, policy: Policy, argv: list[str], cgroup_fd: int | None,
+                               spawner: spawning.ConfinedLoop | None) -> runner.Launch:
+        """Landlock alone: the launcher joins the cgroup (or limits processes), applies the
+        network ruleset and the file rules it is given, and stays as the subreaper."""
+        kernel = setup.kernel
+        options: list[str] = []
+        pass_fds: list[int] = []
+        if cgroup_fd is not None:
+            options += ["--cgroup-fd", str(cgroup_fd)]
+            pass_fds.append(cgroup_fd)
+        elif not kernel.root:
+            options += ["--nproc", str(MAX_PROCESSES)]
+        ruleset = None if spawner else setup.port_ruleset if policy.network else setup.tcp_ruleset
+        if ruleset is not None:
+            options += ["--ruleset-fd", str(ruleset)]
+            pass_fds.append(ruleset)
+        if kernel.root:
+            options.append("--drop-caps")
+        readable = await asyncio.to_thread(readable_paths, policy, self._base())
+        wrapped = [os.path.realpath(sys.executable), "-I", "-S", LAUNCHER, *options,
+                   *landlock_arguments(policy, readable), "--scope", "--supervise", "--", *argv]
+        return runner.Launch(wrapped, env=self._environment(policy, policy.temp), pass_fds=tuple(pass_fds),
+                             spawner=spawner.run if spawner is not None else None)
 
     def _environment(self, policy: Policy, temp: str) -> dict[str, str]:
         env = {"TMPDIR": temp, "TMP": temp, "TEMP": temp}
@@ -715,8 +698,19 @@ class Sandbox:
         if setup.kernel.landlock < confine.NET_ABI:
             return
         if setup.rulesets is None:
-            setup.rulesets = asyncio.ensure_future(asyncio.to_thread(self._build_rulesets, setup))
+            setup.rulesets = asyncio.ensure_future(self._make_rulesets(setup))
         await asyncio.shield(setup.rulesets)
+
+    async def _make_rulesets(self, setup: _Setup) -> None:
+        await asyncio.to_thread(self._build_rulesets, setup)
+        await self._start_spawner(setup)
+
+    async def _start_spawner(self, setup: _Setup) -> None:
+        spawner = spawning.ConfinedLoop(setup.port_ruleset) if setup.port_ruleset is not None else None
+        if spawner is not None and await spawner.start():
+            setup.spawner = spawner
+        elif spawner is not None:
+            setup.problems.append(f"commands pay a Landlock domain each: {spawner.problem}")
 
     def _build_rulesets(self, setup: _Setup) -> None:
         abi = setup.kernel.landlock
@@ -754,7 +748,9 @@ async def probe(search_path: str = SYSTEM_PATH) -> Kernel:
         problem = await _try_bwrap(bwrap, root)
         if problem:
             bwrap = None
-    cgroup, cgroup_problem = (None, "") if not root else await asyncio.to_thread(_find_cgroup)
+    cgroup, cgroup_problem = (None, "")
+    if root:
+        cgroup, cgroup_problem = await asyncio.to_thread(spawning.find_pids_hierarchy, MAX_PROCESSES)
     return Kernel(root=root, landlock=abi, bwrap=bwrap, bwrap_problem=problem, cgroup=cgroup,
                   cgroup_problem=cgroup_problem)
 
@@ -776,82 +772,6 @@ async def _try_bwrap(bwrap: str, root: bool) -> str:
     return ""
 
 
-def _find_cgroup() -> tuple[str | None, str]:
-    """The pids hierarchy where this process can make a cgroup with pids.max: cgroup v1's
-    /sys/fs/cgroup/pids, or v2's /sys/fs/cgroup with the pids controller."""
-    problems = []
-    for hierarchy in ("/sys/fs/cgroup/pids", "/sys/fs/cgroup"):
-        if not os.path.exists(os.path.join(hierarchy, "cgroup.procs")):
-            continue
-        if hierarchy == "/sys/fs/cgroup":
-            try:
-                with open(os.path.join(hierarchy, "cgroup.controllers"), encoding="ascii") as handle:
-                    if "pids" not in handle.read().split():
-                        problems.append("cgroup v2 has no pids controller here")
-                        continue
-                with open(os.path.join(hierarchy, "cgroup.subtree_control"), "w", encoding="ascii") as handle:
-                    handle.write("+pids")
-            except OSError as exc:
-                problems.append(f"{hierarchy}: {exc.strerror}")
-                continue
-        try:
-            path, fd = _make_cgroup(hierarchy, f"{CGROUP_PREFIX}{os.getpid()}-probe")
-            os.close(fd)
-            os.rmdir(path)
-        except OSError as exc:
-            problems.append(f"{hierarchy}: {exc.strerror}")
-            continue
-        return hierarchy, ""
-    return None, "; ".join(problems) or "no pids cgroup hierarchy is mounted"
-
-
-def _make_cgroup(hierarchy: str, name: str) -> tuple[str, int]:
-    """A new cgroup with pids.max, and its cgroup.procs open for writing. Raises OSError."""
-    path = os.path.join(hierarchy, name)
-    os.mkdir(path, 0o755)
-    try:
-        with open(os.path.join(path, "pids.max"), "w", encoding="ascii") as handle:
-            handle.write(str(MAX_PROCESSES))
-        fd = os.open(os.path.join(path, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
-    except OSError:
-        os.rmdir(path)
-        raise
-    return path, fd
-
-
-async def _end_cgroup(path: str, fd: int | None) -> None:
-    """Kill what is left in a command's cgroup, then remove it (given up after a while: a
-    process stuck in the kernel keeps it; the server's stop tries again)."""
-    if fd is not None:
-        with contextlib.suppress(OSError):
-            os.close(fd)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + CGROUP_END_TIMEOUT_S
-    while True:
-        try:
-            with open(os.path.join(path, "cgroup.procs"), encoding="ascii") as handle:
-                pids = [int(line) for line in handle.read().split()]
-        except FileNotFoundError:
-            return
-        except OSError:
-            pids = []
-        for pid in pids:
-            with contextlib.suppress(OSError):
-                os.kill(pid, 9)
-        if not pids:
-            try:
-                os.rmdir(path)
-                return
-            except FileNotFoundError:
-                return
-            except OSError:
-                pass
-        if loop.time() > deadline:
-            log.warning("the cgroup %s could not be removed", path)
-            return
-        await asyncio.sleep(CGROUP_POLL_S)
-
-
 def _spring_tripwires(before: Mapping[str, bool]) -> None:
     """Remove a file that makes git read another configuration, made during the command."""
     for path, existed in before.items():
@@ -866,18 +786,3 @@ def _spring_tripwires(before: Mapping[str, bool]) -> None:
 
 def _safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", text)[:64] or "session"
-
-
-def _remove_tree(path: str) -> None:
-    """Remove a temp folder, also the read-only folders a command left (Go's module cache)."""
-    def retry(function, failed, _exc) -> None:
-        with contextlib.suppress(OSError):
-            os.chmod(os.path.dirname(failed), stat.S_IRWXU)
-            if os.path.isdir(failed) and not os.path.islink(failed):
-                os.chmod(failed, stat.S_IRWXU)
-            function(failed)
-
-    if sys.version_info >= (3, 12):
-        shutil.rmtree(path, onexc=retry)
-    else:
-        shutil.rmtree(path, onerror=retry)

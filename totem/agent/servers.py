@@ -93,7 +93,7 @@ class ProjectServers:
         await self.recorder.update(part, "running")
         try:
             running = await self.servers.start(asker.sessionid, asker.root, definition, self.call_timeout_s,
-                                               confine=confinement.launch if confinement is not None else None)
+                                               confine=confinement.launch_server if confinement is not None else None)
         except McpError as exc:
             part.data["error"] = str(exc)
             await self.recorder.close(part, "error")

@@ -53,8 +53,7 @@ class BashTool(Tool):
                             "description": "What it does, in a few words, for the person"},
             "background": {"type": "boolean", "description": "Run as a job (servers, watchers)"},
             "outside_sandbox": {"type": "boolean",
-                                "description": "Run outside the sandbox, only after it refused what the command "
-                                               "must do; the person is asked every time"},
+                                "description": "Only after the sandbox refused what it must do; always asks"},
         },
         "required": ["command"],
         "additionalProperties": False,
