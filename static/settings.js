@@ -199,6 +199,8 @@ export class RulesDialog {
     this.project = null;
     byId('rule-tool').replaceChildren(...RULE_TOOLS.map((tool) => h('option', { value: tool }, tool)));
     byId('rule-form').addEventListener('submit', (event) => { event.preventDefault(); this.add(); });
+    byId('rule-preset-sandboxed').addEventListener('click', () => this.save({
+      scope: byId('rule-scope').value, tool: 'sandboxed', pattern: '*', action: 'allow' }));
   }
 
   async show(project) {
@@ -226,18 +228,22 @@ export class RulesDialog {
   }
 
   async add() {
-    const body = { scope: byId('rule-scope').value, tool: byId('rule-tool').value,
-      pattern: byId('rule-pattern').value, action: byId('rule-action').value };
+    if (await this.save({ scope: byId('rule-scope').value, tool: byId('rule-tool').value,
+      pattern: byId('rule-pattern').value, action: byId('rule-action').value })) byId('rule-pattern').value = '';
+  }
+
+  // Returns whether the rule was stored (the server's refusal is shown otherwise).
+  async save(body) {
     if (body.scope === 'project') body.projectid = this.project.id;
     try {
       await api('permissions_save', { body });
     } catch (error) {
       showError('rule-error', error.message);
-      return;
+      return false;
     }
     showError('rule-error', '');
-    byId('rule-pattern').value = '';
     await this.refresh();
+    return true;
   }
 
   async remove(rule) {

@@ -25,7 +25,11 @@ The order of a decision (DESIGN.md, "Permission decision"):
 6. A command asked to run outside the sandbox (`Call.outside_sandbox`) is asked every time,
    whatever allow rule matches (a deny still denies); a scheduled run or a sub-agent is denied
    it (nobody there chose it), and Plan mode already denies every command.
-7. A scheduled run turns any remaining ask into deny (no person is there to answer).
+7. Inside the wall: a command that asks only because no rule of the person allows it (the
+   defaults, an opaque line, a wildcard guard), that runs with every protection of the sandbox
+   and the network off (`Call.sandboxed`), is allowed by a rule `allow sandboxed *` (the preset
+   of the Rules dialog, SANDBOXED_TOOL), never when an ask or deny rule of the person matches.
+8. A scheduled run turns any remaining ask into deny (no person is there to answer).
 
 Must not: read files, resolve paths (the caller passes `outside`, `inside` and `pinned`), ask the
 person.
@@ -66,6 +70,11 @@ SCHEDULED_REASON = "no one is here to approve (a scheduled run)"
 OUTSIDE_SANDBOX_REASON = "runs outside the sandbox: asked every time, never allowed by a rule"
 OUTSIDE_SANDBOX_UNATTENDED = ("a scheduled run or a sub-agent never runs a command outside the sandbox "
                               "(nobody is here to approve it)")
+# The rule tool of the preset "commands inside the sandbox": `allow sandboxed *` lets a bash
+# command run without a question where the wall holds (every protection, no network).
+SANDBOXED_TOOL = "sandboxed"
+SANDBOXED_REASON = ("allowed without a question inside the sandbox with the network off, by the {layer} rule "
+                    "sandboxed: *")
 GLOB_CHARS = "*?["
 # `ls` flags that only change how a listing looks (no -L: it follows links out of the project).
 SAFE_LS_FLAGS = frozenset("1aAdFhlrRStu")
@@ -154,6 +163,8 @@ class Call:
     # edits: the subjects that are files an approved project MCP server runs -> that server's name
     pinned: Mapping[str, str] = dataclasses.field(default_factory=dict)
     outside_sandbox: bool = False  # a command asked to run outside the sandbox
+    # a command that will run with every protection of the sandbox and the network off
+    sandboxed: bool = False
     subagent: bool = False  # the call of a sub-agent's run
 
 
@@ -234,10 +245,27 @@ def decide(call: Call, rules: Sequence[Rule]) -> Decision:
             return Decision("deny", OUTSIDE_SANDBOX_UNATTENDED, subject=decision.subject)
         return Decision("ask", OUTSIDE_SANDBOX_REASON, subject=decision.subject,
                         asks=decision.asks or tuple(dict.fromkeys(subjects)))
+    if decision.action == "ask" and kind.subject == COMMAND and call.sandboxed and not call.outside_sandbox:
+        decision = _inside_the_wall(call, subjects, rules, decision)
     if decision.action == "ask" and call.scheduled:
         reason = f"{decision.reason}; {SCHEDULED_REASON}" if pinned is not None else SCHEDULED_REASON
         decision = Decision("deny", reason, subject=decision.subject)
     return decision
+
+
+def _inside_the_wall(call: Call, lines: tuple[str, ...], rules: Sequence[Rule], decision: Decision) -> Decision:
+    """The ask of a confined, offline command turned into allow by the preset rule, unless a
+    rule of the person asks for (or denies) one of its simple commands."""
+    preset = next((rule for rule in rules if rule.tool == SANDBOXED_TOOL and rule.action == "allow"
+                   and rule.pattern == "*"), None)
+    if preset is None:
+        return decision
+    own = [rule for rule in rules if rule.tool in (call.tool, "*") and rule.action != "allow"]
+    for line in lines:
+        for argv in split_command(line).commands:
+            if any(_match_argv(rule.pattern, argv, True) for rule in own):
+                return decision
+    return Decision("allow", SANDBOXED_REASON.format(layer=preset.layer), preset, decision.subject)
 
 
 def pinned_reason(path: str, server: str) -> str:
@@ -316,6 +344,10 @@ def rule_problems(tool: object, pattern: object, action: object,
         problems.append(("tool", f"must be * or one of: {', '.join(kinds)}"))
     if action not in ACTIONS:
         problems.append(("action", "must be allow, ask or deny"))
+    if tool == SANDBOXED_TOOL and (pattern != "*" or action != "allow"):
+        problems.append(("pattern", "the sandboxed rule is only allow sandboxed *: the preset of commands "
+                                    "inside the sandbox"))
+        return problems
     problems += [("pattern", reason) for reason in _pattern_problems(kind, pattern, action)]
     return problems
 

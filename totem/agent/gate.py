@@ -88,7 +88,8 @@ class PermissionGate:
         return project + stored + configured
 
     async def decide(self, asker: Asker, tool: str, subjects: tuple[str, ...],
-                     outside: bool = False, outside_sandbox: bool = False) -> tuple[Decision, Call]:
+                     outside: bool = False, outside_sandbox: bool = False,
+                     sandboxed: bool = False) -> tuple[Decision, Call]:
         """The decision for one call under the current rules, and the call it was made for."""
         root = asker.root
         git_programs = tool == "bash" and await asyncio.to_thread(repository_runs_programs, root)
@@ -100,7 +101,8 @@ class PermissionGate:
             pinned = {subject: files[subject] for subject in subjects if subject in files}
         call = Call(tool, subjects, kind, mode=asker.mode, autoaccept=asker.autoaccept, scheduled=asker.scheduled,
                     outside=outside, inside=lambda path: stays_inside(root, path), git_programs=git_programs,
-                    pinned=pinned, outside_sandbox=outside_sandbox, subagent=asker.depth > 0)
+                    pinned=pinned, outside_sandbox=outside_sandbox, subagent=asker.depth > 0,
+                    sandboxed=sandboxed)
         return decide(call, rules), call
 
     async def pinned_files(self, projectid: str, root: str, rules: list[Rule] | None = None) -> dict[str, str]:
@@ -144,7 +146,7 @@ class PermissionGate:
         `outside_sandbox`: a command asked to run unconfined (permissions decides: it asks every
         time, and "always" stores nothing). `reach`: what the call's processes could reach, shown
         in the question (sandbox.py)."""
-        decision, call = await self.decide(asker, tool, subjects, outside, outside_sandbox)
+        decision, call = await self.decide(asker, tool, subjects, outside, outside_sandbox, walled(reach))
         record: AuditRecord = {**decision.to_dict(), "at": now_ms(),
                                "by": "code" if decision.rule is None else "rule"}
         if decision.action == "deny" or (decision.action == "allow" and not always_ask):
@@ -175,6 +177,17 @@ class PermissionGate:
                 await self.store.add_rule(asker.projectid, tool, pattern, "allow")
             record["saved"] = [{"tool": tool, "pattern": pattern, "action": "allow"} for pattern in chosen]
         return record
+
+
+def walled(reach: dict | None) -> bool:
+    """Whether a command's processes run behind the whole wall: confined by bubblewrap (whose
+    mounts and namespaces hold what Landlock alone leaves open: metadata changes outside, the
+    /proc of other processes, unix sockets), with no protection missing and the network off
+    (the condition of the preset `allow sandboxed *`)."""
+    if not reach:
+        return False
+    return reach.get("confined") is True and reach.get("network") is False and not reach.get("missing") \
+        and "bubblewrap" in (reach.get("layers") or ())
 
 
 START_TOOL = "mcp-start"  # the permission of a project MCP server's start

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import boundary
-from ..permissions import CALL, PATH, TEXT, ToolKind
+from ..permissions import CALL, COMMAND, PATH, TEXT, ToolKind
 from .schema import check_schema, validate
 
 # The longest arguments text accepted from a model; a file's content for a write tool rides here.
@@ -182,6 +182,8 @@ PERMISSION_SUBJECTS = {
     "mcp": ToolKind(CALL, changes=True),
     "mcp-start": ToolKind(TEXT, changes=True),
     "jobstop": ToolKind(TEXT, changes=True),
+    # The preset `allow sandboxed *`: bash commands inside the sandbox with the network off.
+    "sandboxed": ToolKind(COMMAND, changes=True),
     # Declared to a run only beside an MCP server's many tools (mcp/tools.py): gives their schemas.
     "mcp_schema": ToolKind(TEXT, changes=False),
 }
