@@ -147,7 +147,7 @@ def test_constants_interface():
     """The constants the loop and the API are written against, and what the tools declare."""
     assert ACTIONS == ("allow", "ask", "deny") and LAYERS == ("project", "global", "default")
     assert sorted(FILE_TOOLS) == ["edit", "glob", "grep", "patch", "read", "skill", "write"]
-    assert CHANGING_TOOLS == ["bash", "edit", "jobstop", "mcp", "mcp-start", "patch", "write"]
+    assert CHANGING_TOOLS == ["bash", "edit", "jobstop", "mcp", "mcp-start", "patch", "sandboxed", "write"]
     assert sorted(name for name, kind in KINDS.items() if kind.edits) == ["edit", "patch", "write"]
     assert sorted(name for name, kind in KINDS.items() if kind.searches) == ["glob", "grep"]
 
@@ -761,7 +761,7 @@ PROBLEMS = [
     (("", "ls", "allow"), [("tool", "is required")]),
     (("shell", "ls", "allow"), [("tool", "must be * or one of: read, glob, grep, skill, todo, "
                                          "ask, task, fetch, write, edit, patch, bash, mcp, mcp-start, "
-                                         "jobstop, mcp_schema")]),
+                                         "jobstop, sandboxed, mcp_schema")]),
     (("bash", "ls\x00", "allow"), [("pattern", "must not contain a NUL character")]),
     (("bash", "ls\n-la", "allow"), [("pattern", "must not contain control characters")]),
     (("bash", "x" * (MAX_PATTERN_CHARS + 1), "allow"),

@@ -542,10 +542,13 @@ class LimitsTest(SnapshotCase):
         with open(outside, "w") as handle:
             handle.write("PRIVATE-KEY-MATERIAL\n")
         self.put("b.txt", "plain\n")
-        messageid, _ = await self.turn([("bash", {"command": f"ln {outside} notes.txt && echo x >> b.txt"})])
+        # Made by someone (the sandbox refuses a command a link to what it cannot see); the
+        # command then changes the file through its name in the project.
+        os.link(outside, self.path("notes.txt"))
+        messageid, _ = await self.turn([("bash", {"command": "echo more >> notes.txt && echo x >> b.txt"})])
         rows = {row["path"]: row for row in await self.rows()}
         self.assertEqual(sorted(rows), ["b.txt", "notes.txt"])
-        self.assertEqual((rows["notes.txt"]["before"], rows["notes.txt"]["after"]), (None, ""))
+        self.assertEqual((rows["notes.txt"]["before"], rows["notes.txt"]["after"]), ("", ""))
         self.assertIn("hard link", rows["notes.txt"]["note"])
         kept = kept_contents(self.app, self.project["id"])
         self.assertIn(b"plain\n", kept)
