@@ -8,7 +8,7 @@ of each series is left out (it builds the network ruleset, starts the project's 
 takes its capture for Undo). Each figure is the median of the time from the model's last byte
 of an answer to its next request: the whole bash round trip, spawn included.
 
-Target (issue 28): the sandbox adds under 5 ms, and at most 25 ms where a process per command
+Target: the sandbox adds under 5 ms, and at most 25 ms where a process per command
 is unavoidable (bwrap is one: it makes the namespaces and mounts, then execs the command; the
 Landlock domain is made once per server). It measures and reports; it asserts nothing.
 """

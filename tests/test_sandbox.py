@@ -86,6 +86,7 @@ class SandboxCase(TotemCase):
     git repository, and a folder outside it."""
 
     confined = True
+    sockets_open = False  # Landlock alone cannot refuse a pathname unix socket
 
     async def asyncSetUp(self):
         # Outside /tmp, which a confined command does not see at all: the hiding itself is tried.
@@ -201,6 +202,23 @@ class Rules:
         result, _ = await self.sh("cat .ssh/id_ed25519; cat ./.aws/credentials", root=self.home)
         self.held(SECRET in result.output, "a secret place inside the project")
 
+    async def test_a_hidden_unix_socket_cannot_be_reached(self):
+        """A socket listed in `secrets` (as the docker and D-Bus sockets are by default) refuses
+        a connection under bubblewrap; Landlock alone leaves pathname sockets open, as the README
+        says, and the control reaches it."""
+        path = os.path.join(self.home, "agent.sock")
+        server = socket.socket(socket.AF_UNIX)
+        self.addCleanup(server.close)
+        server.bind(path)
+        server.listen(4)
+        code = f"import socket; socket.socket(socket.AF_UNIX).connect({path!r}); print('reached')"
+        result, _ = await self.sh(f"{sys.executable} -I -S -c \"{code}\"", limits={"secrets": [path]})
+        reached = "reached" in result.output
+        if self.sockets_open:
+            self.assertTrue(reached, "Landlock alone: pathname sockets are open (README, What is left)")
+        else:
+            self.held(reached, "a hidden unix socket")
+
     async def test_totems_own_port_is_refused_on_every_loopback_address(self):
         """With the network on, TCP to Totem's port fails on 127.0.0.1 and on ::1 (a listener of
         the test holds [::1] on the same port, so the control can reach it)."""
@@ -305,6 +323,7 @@ class LandlockAloneTest(Rules, SandboxCase):
     """Landlock alone: bwrap is looked for where it is not."""
 
     settings = {"sandboxpath": NO_BWRAP_PATH}
+    sockets_open = True
 
 
 class ControlTest(Rules, SandboxCase):
