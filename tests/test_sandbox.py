@@ -10,6 +10,7 @@ through the scripted model and the bash tool. A layer the kernel lacks skips wit
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import shutil
@@ -698,6 +699,34 @@ def test_bwrap_arguments_hide_inside_the_project_and_bind_a_worktree_back(tmp_pa
     assert "--unshare-net" in args and "--unshare-user" in args
 
 
+@unittest.skipUnless(BWRAP_OK, "needs bubblewrap that runs here")
+def test_a_totem_folder_in_tmp_is_brought_back_read_only_its_secrets_still_hidden(tmp_path):
+    """Where Totem runs from a folder in /tmp (a clone made there), commands get a private /tmp
+    but still see Totem's folder (its launcher, its scripts), read-only, with its config file
+    hidden; the control: without the runtime folder, the private /tmp hides it."""
+    folder = tempfile.mkdtemp(prefix="totem-install-", dir="/tmp")
+    try:
+        with open(os.path.join(folder, "tool.sh"), "w") as handle:
+            handle.write("echo from-the-install\n")
+        with open(os.path.join(folder, "config.ini"), "w") as handle:
+            handle.write("token = SECRET-OF-THE-CONFIG\n")
+        project, temp, empty = tmp_path / "proj", tmp_path / "temp", tmp_path / "empty"
+        for made in (project, temp, empty):
+            made.mkdir()
+        command = f"sh {folder}/tool.sh; cat {folder}/config.ini; touch {folder}/new"
+        policy = sandbox.make_policy(str(project), str(temp), True, [os.path.join(folder, "config.ini")], [])
+        for runtime, seen in (((folder,), True), ((), False)):
+            confined = dataclasses.replace(policy, runtime=runtime)
+            argv = [*sandbox.bwrap_arguments(BWRAP, confined, os.getuid() == 0, str(empty)), "--",
+                    "/bin/sh", "-c", command]
+            out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+            assert ("from-the-install" in out.stdout) is seen, out
+            assert "SECRET-OF-THE-CONFIG" not in out.stdout
+        assert not os.path.exists(os.path.join(folder, "new"))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def test_reach_of_an_unconfined_call_says_why():
     """Off: not confined, "sandbox = off"; a question of another tool says nothing when on."""
     from totem.config import parse_values
@@ -714,7 +743,7 @@ def test_totems_own_code_is_read_only_where_a_writable_folder_holds_it():
     assert os.path.join(sandbox.INSTALL_ROOT, "totem") in policy.read_only
     assert os.path.join(sandbox.INSTALL_ROOT, "static") in policy.read_only
     assert os.path.join(sandbox.INSTALL_ROOT, "tests") not in policy.read_only
-    assert sandbox.make_policy("/tmp", "/tmp/t", True, [], []).read_only == ()
+    assert sandbox.make_policy("/nonexistent/project", "/tmp/t", True, [], []).read_only == ()
 
 
 def test_every_protection_is_missing_without_a_layer():

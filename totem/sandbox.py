@@ -198,6 +198,10 @@ class Policy:
     tripwires: tuple[str, ...] = ()  # files removed if a command makes them
     dropped: tuple[str, ...] = ()  # writable folders refused (inside a hidden place), for reach()
     landlock_alone: bool = False  # no bubblewrap: the project's top level cannot be added to
+    # Totem's own folder and its Python where they lie in /tmp or /var/tmp, which commands get
+    # private: brought back read-only, so that what Totem runs (its launcher, its interpreter)
+    # is there (its hidden places inside stay hidden)
+    runtime: tuple[str, ...] = ()
 
 
 def within(path: str, folder: str) -> bool:
@@ -306,7 +310,19 @@ def make_policy(root: str, temp: str, network: bool, hidden: Iterable[str], writ
     return Policy(root=root, temp=temp, network=network, writable=tuple(kept), hidden=hidden,
                   read_only=tuple(path for path in read_only if os.path.lexists(path)),
                   worktree_writable=tuple(path for path in worktree_writable if os.path.isdir(path)),
-                  tripwires=tuple(tripwires), dropped=tuple(dropped))
+                  tripwires=tuple(tripwires), dropped=tuple(dropped), runtime=runtime_folders())
+
+
+def runtime_folders() -> tuple[str, ...]:
+    """Totem's folder and its Python's prefixes that lie in /tmp or /var/tmp (a clone made
+    there), links resolved: commands see those folders private, so they are brought back."""
+    found: list[str] = []
+    for path in (INSTALL_ROOT, sys.prefix, sys.base_prefix):
+        real = os.path.realpath(path)
+        if (within(real, INSIDE_TMP) or within(real, "/var/tmp")) and os.path.isdir(real) \
+                and not any(within(real, kept) for kept in found):
+            found.append(real)
+    return tuple(found)
 
 
 def bwrap_arguments(bwrap: str, policy: Policy, root_user: bool, empty: str) -> list[str]:
@@ -320,6 +336,8 @@ def bwrap_arguments(bwrap: str, policy: Policy, root_user: bool, empty: str) -> 
     args += ["--bind", policy.temp, INSIDE_TMP]
     if os.path.isdir("/var/tmp"):
         args += ["--bind", policy.temp, "/var/tmp"]
+    for folder in policy.runtime:
+        args += ["--ro-bind", folder, folder]
     writable = (policy.root, *policy.writable, *policy.worktree_writable)
     # A hidden place that holds a writable folder becomes an empty tmpfs first (bwrap makes the
     # mount points in it), read-only once the folders are bound into it.
@@ -335,7 +353,7 @@ def bwrap_arguments(bwrap: str, policy: Policy, root_user: bool, empty: str) -> 
     for path in policy.read_only:
         args += ["--ro-bind", path, path]
     for place in policy.hidden:
-        if place in holding or not _visible(place, policy, writable):
+        if place in holding or not _visible(place, policy, (*writable, *policy.runtime)):
             continue
         if os.path.isdir(place) and not os.path.islink(place):
             args += ["--ro-bind", empty, place]
@@ -347,12 +365,12 @@ def bwrap_arguments(bwrap: str, policy: Policy, root_user: bool, empty: str) -> 
     return args
 
 
-def _visible(place: str, policy: Policy, writable: tuple[str, ...]) -> bool:
-    """Whether a hidden place needs a mount: under the private /tmp only what a writable folder
-    brings back is seen."""
+def _visible(place: str, policy: Policy, brought_back: tuple[str, ...]) -> bool:
+    """Whether a hidden place needs a mount: under the private /tmp only what a writable or a
+    runtime folder brings back is seen."""
     if not within(place, INSIDE_TMP) and not within(place, "/var/tmp"):
         return True
-    return any(within(place, folder) for folder in writable)
+    return any(within(place, folder) for folder in brought_back)
 
 
 def landlock_arguments(policy: Policy, readable: list[str]) -> list[str]:
@@ -379,7 +397,7 @@ def readable_paths(policy: Policy, temp_base: str) -> list[str]:
     session's folders (which may lie in one of those) minus the hidden places in them."""
     excluded = [*policy.hidden, "/tmp", "/var/tmp", "/dev", temp_base]
     found = cover("/", excluded)
-    for folder in (policy.root, *policy.writable, *policy.worktree_writable):
+    for folder in (policy.root, *policy.writable, *policy.worktree_writable, *policy.runtime):
         found += cover(folder, policy.hidden)
     return found + [path for path in ("/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
                     if os.path.exists(path)]
