@@ -205,6 +205,8 @@ class LoopTest(LoopCase):
         """A prompt while the session runs waits for the run (queued), never interleaved."""
         self.model.script(Stall(events=text_chunks("slow")))
         await self.prompt()
+        while (await next_event(self.ws, 20_000))["type"] != "part.delta":
+            pass  # the model has the first request and streams it: the run is under way
         answer = await self.prompt("again")
         self.assertEqual(answer.status, 200, answer.body)
         self.assertTrue(answer.json()["queued"])
