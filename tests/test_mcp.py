@@ -154,13 +154,16 @@ class ToolsTest(McpCase):
                 ("Sessions_abort", {"id": made["id"]}, "nothing is running"),
                 ("Sessions_prompt", {"id": made["id"], "text": "hi", "autoaccept": True}, "autoaccept"),
                 ("Sessions_prompt", {"id": made["id"], "text": "hi", "model": "nosuch/model"}, "model"),
-                ("Sessions_read", {}, "id"),
-                ("Permissions_reply", {"id": "x", "reply": "always"}, "unknown tool"),
-                ("Terminal", {}, "unknown tool")):
+                ("Sessions_read", {}, "id")):
             with self.subTest(name=name, arguments=arguments):
                 result = await self.tool(session, name, arguments)
                 self.assertTrue(result["isError"], result)
                 self.assertIn(words, result["content"][0]["text"])
+        for name in ("Permissions_reply", "Terminal", "", None):
+            with self.subTest(unknown=name):
+                answer = await self.rpc(session, "tools/call", {"name": name, "arguments": {"id": "x"}})
+                self.assertEqual(answer["error"]["code"], -32602, answer)
+                self.assertIn("unknown tool", answer["error"]["message"])
         self.assertEqual(await self.app.store.list_rules(project["id"]), [])
         stored = await self.app.store.get_session(made["id"])
         self.assertFalse(stored["autoaccept"])
@@ -168,9 +171,28 @@ class ToolsTest(McpCase):
 
 class OffTest(TotemCase):
     async def test_off_by_default(self):
-        answer = await request(self.app, "POST", "/$mcp/", {"jsonrpc": "2.0", "id": 0, "method": "initialize"})
-        self.assertIn(answer.status, (404, 405))
-        self.assertNotIn(b"protocolVersion", answer.body)
+        """With mcp = false (the default) the route does not exist: 404 for every method."""
+        for method in ("POST", "GET", "DELETE"):
+            for path in ("/$mcp/", "/$mcp"):
+                answer = await request(self.app, method, path, {"jsonrpc": "2.0", "id": 0, "method": "initialize"}
+                                       if method == "POST" else None)
+                self.assertEqual(answer.status, 404, (method, path))
+                self.assertIn(b"mcp = true", answer.body)
+                self.assertNotIn(b"protocolVersion", answer.body)
+
+
+class NullIdTest(McpCase):
+    async def test_a_request_with_a_null_id_is_invalid(self):
+        """A request's id must not be null: -32600, and the method is not run."""
+        session, _ = await self.initialize()
+        answer = await self.post({"jsonrpc": "2.0", "id": None, "method": "tools/list"}, session)
+        self.assertEqual(answer.status, 200)
+        self.assertEqual(answer.json()["error"]["code"], -32600)
+        self.assertIsNone(answer.json()["id"])
+        self.assertNotIn("result", answer.json())
+        init = await self.post({"jsonrpc": "2.0", "id": None, "method": "initialize", "params": {}})
+        self.assertEqual(init.json()["error"]["code"], -32600)
+        self.assertIsNone(init.header("mcp-session-id"))
 
 
 class OriginTest(McpCase):

@@ -197,8 +197,10 @@ class McpSdkCase(TotemCase):
                                            "isError": False})
         self.assertEqual(record["stopped"]["status"], "aborted")
         # Failures are isError results with a text the model can read.
+        self.assertEqual(record["unknown_tool"]["code"], -32602, record["unknown_tool"])
+        self.assertIn("Sessions_delete", record["unknown_tool"]["message"])
         for name, words in (("abort_idle", "nothing is running"), ("read_missing", "nosuchsession"),
-                            ("prompt_without_text", "text"), ("unknown_tool", "Sessions_delete")):
+                            ("prompt_without_text", "text")):
             result = record[name]
             self.assertIs(result.get("isError"), True, (name, result))
             [block] = result["content"]

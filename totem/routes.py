@@ -68,7 +68,9 @@ class Router:
         perimeter = self.app.perimeter
         perimeter.check_host(request)
         path = request.path
-        if path in MCP_PATHS and self.app.config.mcp:
+        if path in MCP_PATHS:
+            if not self.app.config.mcp:
+                raise NotFound(("path", "the MCP route is off: set mcp = true in config.ini"))
             await perimeter.authenticate_mcp(request)
             await self.app.ready()
             return await self.app.mcp.handle(request)

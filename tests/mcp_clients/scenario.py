@@ -27,6 +27,18 @@ async def tool(client, name: str, arguments: dict) -> dict:
     return result.model_dump(mode="json", by_alias=True, exclude_unset=True)
 
 
+async def rpc_error(client, name: str, arguments: dict) -> dict:
+    """A tools/call that the server must refuse with a JSON-RPC error: {code, message}."""
+    try:
+        result = await tool(client, name, arguments)
+    except Exception as exc:  # McpError (SDK 1.x) or MCPError (2.x): both carry `error`
+        error = getattr(exc, "error", None)
+        if error is None:
+            raise
+        return {"code": error.code, "message": error.message}
+    raise AssertionError(f"{name}: no JSON-RPC error but {result}")
+
+
 async def data(client, name: str, arguments: dict) -> Any:
     """A tools/call that must succeed: the JSON inside its one text block."""
     result = await tool(client, name, arguments)
@@ -87,7 +99,7 @@ async def run(client, projectid: str, modelref: str) -> dict:
     record["abort_idle"] = await tool(client, "Sessions_abort", {"id": sessionid})
     record["read_missing"] = await tool(client, "Sessions_read", {"id": "nosuchsession"})
     record["prompt_without_text"] = await tool(client, "Sessions_prompt", {"id": sessionid})
-    record["unknown_tool"] = await tool(client, "Sessions_delete", {"id": sessionid})
+    record["unknown_tool"] = await rpc_error(client, "Sessions_delete", {"id": sessionid})
     return record
 
 

@@ -6,7 +6,8 @@ sessions (`Mcp-Session-Id` issued by `initialize`, 404 for an unknown one, ended
 `ping`, the `server/discover` probe of newer clients answered "method not found" so that they
 fall back to `initialize`, and exactly eight tools that call the same services as the REST API.
 An answer is JSON, or one SSE event when the client accepts only a stream; notifications get
-202. Tool failures and invalid arguments are `isError` results the model can read; malformed
+202. Tool failures and invalid arguments are `isError` results the model can read; an unknown
+tool is -32602 and a request whose id is null -32600 (the 2025-11-25 revision); malformed
 messages are JSON-RPC errors; nothing is ever a 500.
 
 The caller never answers a question, sets auto-accept, widens the mode or makes a rule here,
@@ -207,6 +208,8 @@ class McpServer:
             return None  # a response to a request of ours: we send none, so nothing to do
         method, ident = message["method"], message.get("id")
         params = message.get("params", {})
+        if "id" in message and ident is None:  # MCP: a request's id MUST NOT be null
+            return _error(None, INVALID_REQUEST, "the id of a request must not be null")
         if not isinstance(method, str) or (ident is not None and not isinstance(ident, (str, int))) \
                 or isinstance(ident, bool) or not isinstance(params, dict):
             return _error(_id_of(message), INVALID_REQUEST, "method must be text, id text or a number, "
@@ -248,8 +251,8 @@ class McpServer:
     async def _tool(self, params: dict) -> dict:
         name = params.get("name")
         tool = self.tools.get(name) if isinstance(name, str) else None
-        if tool is None:
-            return _tool_error(f"unknown tool {name!r}; the tools are: {', '.join(self.tools)}")
+        if tool is None:  # a protocol error (the specification's "unknown tool"), not the tool's
+            raise RpcError(INVALID_PARAMS, f"unknown tool {name!r}; the tools are: {', '.join(self.tools)}")
         args = params.get("arguments") or {}
         if not isinstance(args, dict):
             return _tool_error("arguments must be an object")
