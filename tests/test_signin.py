@@ -228,6 +228,22 @@ class TokenCommandTest(unittest.TestCase):
         self.assertTrue(printed.stdout.startswith("http://127.0.0.1:8471/login?code="), printed.stdout)
         self.assertNotIn(token, printed.stdout + printed.stderr)
 
+    def test_port_0_needs_an_address(self):
+        """With `port = 0` the server picks its port: `totem run` asks for --url (a usage error,
+        not a connection to port 0) and `totem token` prints the path to open."""
+        App(_config(self.tmp))
+        path = os.path.join(self.tmp, "config.ini")
+        with open(path, "w") as handle:
+            handle.write(f"[totem]\ndata = {self.tmp}/data\nport = 0\n")
+        result = subprocess.run([sys.executable, LAUNCHER, "run", "--config", path, "hello"],
+                                capture_output=True, text=True, timeout=30)
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("port = 0", result.stderr)
+        self.assertIn("--url", result.stderr)
+        printed = self.run_token(f"[totem]\ndata = {self.tmp}/data\nport = 0\n")
+        self.assertEqual(printed.returncode, 0, printed.stderr)
+        self.assertTrue(printed.stdout.startswith("/login?code="), printed.stdout)
+
     def test_run_reads_the_token_file_and_takes_no_abbreviated_option(self):
         """`totem run` finds the data folder's token by default; `--token X` is not read as
         `--token-file X` (no abbreviations): a usage error, and X is never printed."""

@@ -114,9 +114,14 @@ def read_token(args, config) -> str:
 
 
 def server_url(args, config) -> str:
+    """`--url`, else where config.ini's server listens. Raises ClientError for `port = 0`
+    (the server picked a port of its own: only `--url` can say which)."""
     if args.url:
         return args.url
     if config is not None:
+        if config.port == 0:
+            raise ClientError("config.ini says port = 0 (a port picked at each start): give --url "
+                              "with the address the server printed")
         host = "127.0.0.1" if config.listen in ("0.0.0.0", "::") else config.listen
         host = f"[{host}]" if ":" in host else host
         return f"http://{host}:{config.port}"
@@ -289,12 +294,18 @@ def token_main(argv: list[str]) -> int:
         print(f"totem token: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if config.token == TOKENLESS:
-        print("totem token: this Totem has no access token (token = none in config.ini): "
-              f"open {server_url(argparse.Namespace(url=None), config)}/", file=sys.stderr)
+        print("totem token: this Totem has no access token (token = none in config.ini): nothing to sign in to",
+              file=sys.stderr)
         return EXIT_ERROR
     if not token:
         print(f"totem token: no token yet in {config.data}: start Totem once (make run), it makes one",
               file=sys.stderr)
         return EXIT_ERROR
-    print(signin_url(server_url(argparse.Namespace(url=None), config), new_signin_code(token)))
+    code = new_signin_code(token)
+    if config.port == 0:  # the server picked its port: only its start-up line says which
+        print("totem token: config.ini says port = 0: open this path on the address the server printed",
+              file=sys.stderr)
+        print(f"/login?code={code}")
+        return EXIT_IDLE
+    print(signin_url(server_url(argparse.Namespace(url=None), config), code))
     return EXIT_IDLE
