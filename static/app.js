@@ -948,6 +948,15 @@ window.addEventListener('hashchange', () => { followAddress().catch((error) => t
 function paintSandbox(status) {
   const mark = byId('sandbox-mark');
   if (!status) return;
+  if (status.probing) { // the first seconds after a start: what holds is known once the probe ends
+    mark.dataset.state = 'checking';
+    mark.textContent = 'Sandbox: checking…';
+    mark.title = 'Totem is finding out which protections this machine offers.';
+    mark.hidden = false;
+    api('account', { query: { wait: 'sandbox' } }).then((account) => paintSandbox(account.sandbox))
+      .catch((error) => toast(error.message));
+    return;
+  }
   const missing = Object.entries(status.missing ?? {});
   mark.dataset.state = status.mode === 'off' ? 'off' : missing.length ? 'partial' : 'full';
   mark.textContent = status.mode === 'off' ? 'Sandbox off' : missing.length ? 'Sandbox: partial' : 'Sandboxed';

@@ -28,6 +28,8 @@ from tests.test_mcp_client import SERVER as MCP_SERVER, McpClientCase
 from tests.utils import MS, TotemCase, call, next_event, running_totem
 from totem import confine, refusals, runner, sandbox
 from totem.agent.gate import Asker
+from totem.app import App
+from totem.config import parse_values
 from totem.permissions import (
     COMMAND,
     OUTSIDE_SANDBOX_REASON,
@@ -468,13 +470,23 @@ class UnattendedTest(SandboxCase):
 class StatusTest(SandboxCase):
     async def test_account_read_says_which_protections_hold(self):
         """Account|read has the mode, the layers and each protection held or missing, with why."""
-        answer = await call(self.app, "account")
+        answer = await call(self.app, "account", query="wait=sandbox")
         status = answer.json()["sandbox"]
         self.assertEqual(status["mode"], "auto")
         self.assertEqual(set(status["holds"]) | set(status["missing"]), set(sandbox.PROTECTIONS))
         if BWRAP_OK and ABI >= 4:
             self.assertEqual(status["layers"], ["bubblewrap", f"landlock {ABI}"])
         self.assertTrue(status["open"])
+
+    async def test_account_read_does_not_wait_for_the_probe_unless_asked(self):
+        """Before the probe has ended Account|read says `probing` rather than waiting for it;
+        `wait=sandbox` waits; another value of `wait` is 400."""
+        fresh = App(parse_values({"data": os.path.join(self.tmp, "other-data"), "token": "none"}, self.tmp))
+        self.assertEqual(await fresh.sandbox_status(False), {"mode": "auto", "probing": True})
+        waited = (await call(self.app, "account", query="wait=sandbox")).json()["sandbox"]
+        self.assertNotIn("probing", waited)
+        self.assertEqual((await call(self.app, "account")).json()["sandbox"], waited)  # probed by now
+        self.assertEqual((await call(self.app, "account", query="wait=forever")).status, 400)
 
 
 # -- end to end: the bash tool, its question, running outside the sandbox ----------------------------

@@ -101,6 +101,17 @@ class App:
         sandbox.start(self.http.port)
         return sandbox
 
+    async def sandbox_status(self, wait: bool) -> dict:
+        """Account|read's `sandbox`: the status once the probe has ended; before that, unless
+        `wait`, only `{mode, probing: true}`, so that the first answer does not wait for the
+        probe's processes. Raises what loading the sandbox raised."""
+        loading = self._sandboxing
+        probed = loading is not None and loading.done() and loading.exception() is None \
+            and loading.result().probed()
+        if not wait and not probed:
+            return {"mode": self.config.sandbox, "probing": True}
+        return await (await self.sandbox_ready()).status()
+
     @property
     def sandbox(self) -> Sandbox:
         if self._sandboxing is None or not self._sandboxing.done():

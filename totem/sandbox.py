@@ -522,6 +522,10 @@ class Sandbox:
             return []
         return (["bubblewrap"] if kernel.bwrap else []) + ([f"landlock {kernel.landlock}"] if kernel.landlock else [])
 
+    def probed(self) -> bool:
+        """Whether `status()` answers at once (the probe has ended, or the sandbox is off)."""
+        return self.mode == "off" or (self._setup is not None and self._setup.done())
+
     async def status(self) -> dict:
         """What Account|read says of the sandbox: the mode, the layers and, with the network on
         and off, which protections hold and why the others do not."""

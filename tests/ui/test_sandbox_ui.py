@@ -27,7 +27,7 @@ def test_a_command_question_says_what_it_can_reach(live, page):
     expect(reach).to_have_attribute("data-confined", "true")
     expect(reach).to_contain_text(os.path.realpath(project["path"]))
     expect(reach).to_contain_text("network on")
-    status = live.api("account")["sandbox"]
+    status = live.api("account", query="wait=sandbox")["sandbox"]
     mark = page.locator("#sandbox-mark")
     expect(mark).to_have_attribute("data-state", "partial" if status["missing"] else "full")
     title = mark.get_attribute("title")

@@ -40,6 +40,11 @@ CAPABILITIES = {
 
 
 async def read_account(ctx):
+    """`?wait=sandbox` waits for the sandbox's probe, whose answer is else `{mode, probing}`
+    while it runs (the first seconds after a start)."""
+    params = ctx.params(("wait",))
+    wait = params.choice("wait", ("sandbox",)) == "sandbox"
+    params.done()
     config = ctx.app.config
     return {
         "user": {"id": "local", "name": "local"},
@@ -48,7 +53,7 @@ async def read_account(ctx):
         "version": __version__,
         "capabilities": CAPABILITIES | {"cookiesecure": config.cookiesecure, "mcp": bool(config.mcp)},
         # The sandbox of the agent's processes: mode, layers, which protections hold (sandbox.py).
-        "sandbox": await (await ctx.app.sandbox_ready()).status(),
+        "sandbox": await ctx.app.sandbox_status(wait),
     }
 
 
