@@ -121,6 +121,25 @@ class CommandsTest(LoopCase):
         self.assertNotIn(KEY, jobs[0]["output"])
         self.assertIn("[secret:scripted]", jobs[0]["output"])
 
+    async def test_job_output_held_for_a_secret_shows_when_quiet(self):
+        """Output that may still become a key (its first letters) is held back while more may
+        come, and shows once the job has been quiet a moment; the whole key never shows."""
+        with open(os.path.join(self.folder("proj"), "key"), "w") as handle:
+            handle.write(KEY)
+        start = KEY[:6]
+        await self.run_prompt(("bash", {"command": f"cat key; echo; printf 'serving {start}'; sleep 100",
+                                        "background": True}))
+        jobs = []
+        for _ in range(2000):
+            jobs = (await call(self.app, "sessions_jobs", ident=self.session["id"])).json()
+            if jobs and jobs[0]["output"].endswith(f"serving {start}"):
+                break
+            await asyncio.sleep(10 * MS)
+        self.assertTrue(jobs[0]["output"].endswith(f"serving {start}"), jobs[0]["output"])
+        self.assertEqual(jobs[0]["status"], "running")
+        self.assertNotIn(KEY, jobs[0]["output"])
+        self.assertIn("[secret:scripted]", jobs[0]["output"])
+
     async def serve_pages(self, pages: dict):
         """A small HTTP server on 127.0.0.1 answering path -> (status, headers, body)."""
         async def handle(reader, writer):

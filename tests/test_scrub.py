@@ -14,7 +14,15 @@ import urllib.parse
 import pytest
 
 from totem.config import parse_values
-from totem.vault import MAX_ESCAPE_RUN_CHARS, MIN_SCRUB_CHARS, SECRET_FILE, Scrubber, load_secret_file, secrets_of
+from totem.vault import (
+    MAX_ESCAPE_RUN_CHARS,
+    MIN_SCRUB_CHARS,
+    SECRET_FILE,
+    QuietScrub,
+    Scrubber,
+    load_secret_file,
+    secrets_of,
+)
 
 KEY = "sk-proj-Zq7/Tb+4xW=9kLm_2Rv~Nq"
 TOKEN = "tok3n-9f8e7d6c5b4a3210"
@@ -639,3 +647,46 @@ def test_scrub_adversarial_wrapped_noise_one_pass():
         assert scrub.scrub(text) == text, label
         chunks = [text[i:i + 4096] for i in range(0, len(text), 4096)]
         assert stream_all(scrub, chunks) == text, label
+
+
+class FakeTimers:
+    """call_later for QuietScrub, fired by the test."""
+
+    def __init__(self):
+        self.pending = []
+
+    def call_later(self, delay, callback):
+        timer = FakeTimer(delay, callback)
+        self.pending.append(timer)
+        return timer
+
+    def fire(self):
+        due, self.pending = [t for t in self.pending if not t.cancelled], []
+        for timer in due:
+            timer.callback()
+
+
+class FakeTimer:
+    def __init__(self, delay, callback):
+        self.delay, self.callback, self.cancelled = delay, callback, False
+
+    def cancel(self):
+        self.cancelled = True
+
+
+def test_quiet_scrub_gives_out_held_tail_when_quiet():
+    """The start of a key at the end of a chunk is held; quiet, it is given out; a key split
+    across chunks that come before the quiet is still replaced."""
+    timers, emitted = FakeTimers(), []
+    quiet = QuietScrub(scrubber().stream(), emitted.append, timers.call_later)
+    assert quiet.feed("serving " + KEY[:5]) == "serving "
+    assert [t.delay for t in timers.pending if not t.cancelled] == [0.25]
+    timers.fire()
+    assert emitted == [KEY[:5]]
+    assert quiet.feed("x " + KEY[:7]) == "x "
+    assert quiet.feed(KEY[7:] + " done") == "[secret:openai] done"
+    assert not [t for t in timers.pending if not t.cancelled]  # nothing held: no timer
+    assert quiet.feed("y " + KEY[:3]) == "y "
+    assert quiet.flush() == KEY[:3]
+    timers.fire()
+    assert emitted == [KEY[:5]]  # the flush cancelled the timer

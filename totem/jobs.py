@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from . import runner
 from .store import now_ms
+from .vault import QuietScrub
 
 JOB_TIMEOUT_S = 3600.0
 JOB_OUTPUT_CAP_BYTES = 200_000
@@ -76,7 +77,9 @@ class Jobs:
 
     async def _run(self, job: Job, cwd: str, confinement) -> None:
         scrubber = self.scrubber()
-        stream = scrubber.stream()  # a key split across two chunks of output is still caught
+        # A key split across two chunks of output is still caught; a tail held back for that
+        # shows once the job has been quiet a moment.
+        stream = QuietScrub(scrubber.stream(), job.append, asyncio.get_running_loop().call_later)
         try:
             result = await runner.run_command(job.command, cwd=cwd, timeout_s=JOB_TIMEOUT_S,
                                               output_cap_bytes=JOB_OUTPUT_CAP_BYTES,
@@ -95,6 +98,7 @@ class Jobs:
             job.exit_code = result.exit_code
             job.status = "timedout" if result.timed_out else "done" if result.exit_code == 0 else "failed"
         finally:
+            stream.flush()  # the timer of a held tail, if any, is cancelled
             job.finished = now_ms()
 
     def list(self, sessionid: str) -> list[dict]:

@@ -24,7 +24,8 @@ import os
 import re
 import secrets
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 VERSION = 1
 NONCE_BYTES = 12
@@ -229,6 +230,8 @@ MAX_ESCAPE_RUN_CHARS = 256
 # stands between two characters of such a form: a blank line ends it. A form of n characters then
 # spans at most n + (n - 1) * MAX_BREAK_CHARS, and that bounds what a stream holds back.
 MAX_BREAK_CHARS = 2
+# Live output that has been quiet this long gives out what its stream held back (QuietScrub).
+QUIET_FLUSH_S = 0.25
 # `\r?\n?` rather than `(?:\r\n|\r|\n)?`: the same strings, but two single-character repeats,
 # which sre runs about twice as fast as a repeated group.
 _LINE_BREAK = r"\r?\n?"
@@ -427,6 +430,11 @@ class ScrubStream:
         self._held = held + pending
         return out
 
+    @property
+    def holding(self) -> bool:
+        """Whether an end of the output is held back (flush gives it out)."""
+        return bool(self._held)
+
     def flush(self) -> str:
         """The held-back end of the output, scrubbed. The stream may then be fed again, but a
         secret that straddles a flush is not found."""
@@ -434,6 +442,51 @@ class ScrubStream:
         if not held:
             return ""
         return self._scrubber._scan(held, final=True)[0]
+
+
+class QuietScrub:
+    """A ScrubStream for live output that someone watches (a running command, a background
+    job): what the stream holds back, the end of the output that may still grow into a secret,
+    is given out scrubbed to `emit` once the output has been quiet for `quiet_s`, so the last
+    letters of "serving" show while the command sleeps. `feed` and `flush` are ScrubStream's.
+
+    The price: a secret printed in pieces more than `quiet_s` apart is not found. Scrubbing
+    guards against a disclosure by accident; a command that means to show a secret can encode
+    it in ways no scrubber finds (the sandbox is what keeps secrets out of reach).
+    `call_later(delay, callback)` is the event loop's; not thread-safe.
+    """
+
+    __slots__ = ("_stream", "_emit", "_call_later", "_quiet_s", "_timer")
+
+    def __init__(self, stream: ScrubStream, emit: Callable[[str], None],
+                 call_later: Callable[[float, Callable[[], None]], Any], quiet_s: float = QUIET_FLUSH_S):
+        self._stream = stream
+        self._emit = emit
+        self._call_later = call_later
+        self._quiet_s = quiet_s
+        self._timer: Any = None
+
+    def feed(self, text: str) -> str:
+        out = self._stream.feed(text)
+        self._cancel()
+        if self._stream.holding:
+            self._timer = self._call_later(self._quiet_s, self._quiet)
+        return out
+
+    def flush(self) -> str:
+        self._cancel()
+        return self._stream.flush()
+
+    def _quiet(self) -> None:
+        self._timer = None
+        tail = self._stream.flush()
+        if tail:
+            self._emit(tail)
+
+    def _cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
 
 class _Escapes:

@@ -23,6 +23,7 @@ from ..permissions import COMMAND
 from ..snapshots import Prior, Scope, Snapshots, Window, planned_diff
 from ..store import now_ms
 from ..tools import OutsideProject, ToolContext, ToolError
+from ..vault import QuietScrub
 from .gate import Asker, PermissionGate
 from .recorder import OpenPart, Recorder
 from .stream import ToolCall
@@ -225,7 +226,9 @@ class ToolCalls:
             except Exception as exc:
                 raise ToolError(f"nothing was changed: the journal of the change could not be stored ({exc})") from None
 
-        open_part.scrub = self.scrubber().stream()
+        # A tail the scrubber holds back shows once the command has been quiet a moment.
+        open_part.scrub = QuietScrub(self.scrubber().stream(), lambda tail: self.recorder.append(open_part, tail),
+                                     loop.call_later)
         return ToolContext(root=root, sessionid=sessionid,
                            emit=lambda text: self.recorder.append(open_part, open_part.scrub.feed(text)),
                            ask=ask, set_todos=set_todos, permit=permit, journal=journal, delegate=delegate,
