@@ -19,7 +19,9 @@ Must not: parse HTTP, or restore files any other way than `Snapshots.restore`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 import os
 from collections.abc import Awaitable, Callable
 
@@ -27,11 +29,13 @@ from . import boundary
 from .errors import BadRequest, Conflict, NotFound
 from .events import DiffUpdated, SessionUpdated
 from .rows import SessionRow, SnapshotRow
-from .snapshots import Scope, Snapshots
+from .snapshots import Prior, Restored, RestorePlan, Scope, Snapshots, content_hash, disk_digest
 from .store import Store, session_view
 from .tools import ToolError, files as file_io
 
 MAX_SAVE_BYTES = file_io.MAX_WRITE_BYTES
+
+log = logging.getLogger("totem.changes")
 
 
 class Changes:
@@ -46,6 +50,7 @@ class Changes:
         self.jobs = jobs  # jobs.Jobs: a job still running may change files after the undo
         # (projectid, root) -> {path: server}: the files that approved MCP servers run (the gate's)
         self.pinned = pinned
+        self._busy: set[str] = set()  # sessions with an undo, redo or Save as under way
 
     async def _session(self, sessionid: str) -> tuple[SessionRow, str, str]:
         """The session, its project id and the folder it works in. Raises NotFound."""
@@ -125,12 +130,9 @@ class Changes:
             rows = [row for row in await self.store.session_snapshots(sessionid)
                     if not row["reverted"] and row["messageid"] is not None and row["messageid"] in taken]
         targets = _targets(rows, want="before", expect="after")
-        done = await asyncio.to_thread(self.snapshots.restore, projectid, root, targets, force)
-        redo = {"messages": taken, "files": files + [
-            {"path": path, "restored": _want(targets, path), "kept": done.kept.get(path)}
-            for path in done.restored]}
-        row = await self.store.set_reverted(sessionid, taken, True, json.dumps(redo))
-        self._announce(sessionid, row, done.restored)
+        journal = {"kind": "undo", "projectid": projectid, "root": root, "messageid": messageid,
+                   "messages": taken, "files": files, "wants": {item["path"]: item["want"] for item in targets}}
+        done = await self._restore(sessionid, journal, targets, force)
         return {"messageid": messageid, "reverted": taken, "restored": done.restored,
                 "conflicts": done.conflicts, "lost": done.lost}
 
@@ -145,15 +147,71 @@ class Changes:
         redo = json.loads(session["redo"])
         targets = [{"path": item["path"], "want": item["kept"], "expect": item["restored"]}
                    for item in redo["files"]]
-        done = await asyncio.to_thread(self.snapshots.restore, projectid, root, targets, force)
-        # A file left in conflict stays to redo (with force, once the person has decided).
-        conflicted = {item["path"] for item in done.conflicts}
-        left = [item for item in redo["files"] if item["path"] in conflicted]
-        kept = json.dumps({"messages": redo["messages"], "files": left}) if left else None
-        row = await self.store.set_reverted(sessionid, redo["messages"], False, kept)
-        self._announce(sessionid, row, done.restored)
+        journal = {"kind": "redo", "projectid": projectid, "root": root, "messages": redo["messages"],
+                   "files": redo["files"]}
+        done = await self._restore(sessionid, journal, targets, force)
         return {"messages": redo["messages"], "restored": done.restored, "conflicts": done.conflicts,
                 "lost": done.lost}
+
+    async def _restore(self, sessionid: str, journal: dict, targets: list[dict], force: bool) -> Restored:
+        """Restore as a transaction: the plan is stored as the session's journal before the first
+        file is touched, and the outcome recorded with the journal cleared in one write, so that
+        a kill at any instant is completed by the next start (`recover`)."""
+        if sessionid in self._busy:
+            raise Conflict(("session", "an undo, redo or Save as of this session is in progress; wait for it"))
+        self._busy.add(sessionid)
+        try:
+            projectid, root = journal["projectid"], journal["root"]
+            plan = await asyncio.to_thread(self.snapshots.plan_restore, projectid, root, targets, force)
+            if plan.writes:
+                await self.store.set_restoring(sessionid, json.dumps(journal | {"plan": plan.to_json()}))
+            done = await asyncio.to_thread(self.snapshots.apply_restore, projectid, root, plan)
+            row = await self._record(sessionid, journal, done)
+        finally:
+            self._busy.discard(sessionid)
+        self._announce(sessionid, row, done.restored)
+        return done
+
+    async def _record(self, sessionid: str, journal: dict, done: Restored,
+                      recovered: str | None = None) -> SessionRow | None:
+        """Store what an undo or redo did (the messages taken back or put back, the next redo)."""
+        if journal["kind"] == "undo":
+            wants = journal["wants"]
+            redo = {"messages": journal["messages"], "files": journal["files"] + [
+                {"path": path, "restored": wants.get(path), "kept": done.kept.get(path)}
+                for path in done.restored]}
+            return await self.store.set_reverted(sessionid, journal["messages"], True, json.dumps(redo), recovered)
+        # A file left in conflict stays to redo (with force, once the person has decided).
+        conflicted = {item["path"] for item in done.conflicts}
+        left = [item for item in journal["files"] if item["path"] in conflicted]
+        kept = json.dumps({"messages": journal["messages"], "files": left}) if left else None
+        return await self.store.set_reverted(sessionid, journal["messages"], False, kept, recovered)
+
+    async def recover(self) -> int:
+        """At start, before anything else reads or changes a project: complete each undo, redo
+        or Save as that a kill interrupted, and say so on its messages. Returns how many."""
+        pending = await self.store.pending_restores()
+        for sessionid, journal in pending:
+            try:
+                await self._complete(sessionid, journal)
+            except Exception:  # one bad journal must not stop the start; it stays for the log
+                log.exception("cannot complete the interrupted %s of session %s", journal.get("kind"), sessionid)
+        return len(pending)
+
+    async def _complete(self, sessionid: str, journal: dict) -> None:
+        projectid, root, kind = journal["projectid"], journal["root"], journal["kind"]
+        if kind == "saveas":
+            await self._complete_save(sessionid, journal)
+            return
+        plan = RestorePlan.from_json(journal["plan"])
+        done = await asyncio.to_thread(self.snapshots.complete_restore, projectid, root, plan)
+        note = f"The server stopped during this {kind}; it was completed when Totem started again"
+        left = [f"{item['path']} ({item['reason']})" for item in done.conflicts + done.lost]
+        if left:
+            note += f", except for files left as they are: {'; '.join(left[:10])}"
+            note += f"; and {len(left) - 10} more" if len(left) > 10 else ""
+        log.warning("%s of session %s: %s", kind, sessionid, note)
+        await self._record(sessionid, journal, done, recovered=note + ".")
 
     def _announce(self, sessionid: str, row: SessionRow | None, paths: list[str]) -> None:
         if paths:
@@ -193,23 +251,57 @@ class Changes:
                 problems.append(("pinned", f"{relative} is run by the MCP server {server}, approved to start "
                                            "without asking; a change would run without a question"))
             raise Conflict(problems)
-        priors = await asyncio.to_thread(self.snapshots.keep_before, projectid, root, [relative])
+        if sessionid in self._busy:
+            raise Conflict(("session", "an undo, redo or Save as of this session is in progress; wait for it"))
+        self._busy.add(sessionid)
         try:
-            await asyncio.to_thread(_write, root, absolute, data, relative)
+            priors = await asyncio.to_thread(self.snapshots.keep_before, projectid, root, [relative])
+            temp = file_io.new_temp_name()
+            prior = priors[relative]
+            # A kill after the write and before its record is completed at the next start.
+            await self.store.set_restoring(sessionid, json.dumps({
+                "kind": "saveas", "projectid": projectid, "root": root, "messageid": messageid, "path": relative,
+                "want": content_hash(data), "before": prior.digest, "note": prior.note, "temp": temp}))
+            try:
+                await asyncio.to_thread(_write, root, absolute, data, relative, temp)
+            finally:
+                await self.snapshots.record_files(Scope(sessionid, projectid, root, messageid, None, "saveas"),
+                                                  priors)
+                await self.store.set_restoring(sessionid, None)
         except ToolError as exc:
             raise BadRequest(("path", str(exc))) from None
-        await self.snapshots.record_files(Scope(sessionid, projectid, root, messageid, None, "saveas"), priors)
+        finally:
+            self._busy.discard(sessionid)
         return {"path": relative, "created": not exists, "bytes": len(data)}
 
+    async def _complete_save(self, sessionid: str, journal: dict) -> None:
+        """A Save as a kill interrupted: its change recorded when it landed (unless it was),
+        its temporary file removed."""
+        root, relative = journal["root"], journal["path"]
+        scope = Scope(sessionid, journal["projectid"], root, journal["messageid"], None, "saveas")
+        landed = await asyncio.to_thread(_finish_save, root, relative, journal["want"])
+        recorded = any((row["path"], row["messageid"], row["after"]) == (relative, scope.messageid, journal["want"])
+                       for row in await self.store.session_snapshots(sessionid))
+        if landed and not recorded:
+            await self.snapshots.record_files(scope, {relative: Prior(journal["before"], journal["note"])})
+        await self.store.set_restoring(sessionid, None)
 
-def _write(root: str, absolute: str, data: bytes, relative: str) -> None:
+
+def _write(root: str, absolute: str, data: bytes, relative: str, temp: str) -> None:
     file_io.check_parent(root, absolute, relative)
     created: list[str] = []
     try:
-        file_io.write_atomic(root, absolute, data, relative, created=created)
+        file_io.write_atomic(root, absolute, data, relative, created=created, temp=temp)
     except ToolError:
         file_io.remove_folders(created)
         raise
+
+
+def _finish_save(root: str, relative: str, want: str) -> bool:
+    """Whether a Save as landed (the file has its content); its temporary file removed."""
+    with contextlib.suppress(boundary.BoundaryError):
+        file_io.remove_temp_files(os.path.dirname(boundary.resolve_inside(root, relative)))
+    return disk_digest(root, relative) == want
 
 
 def _targets(rows: list[SnapshotRow], want: str, expect: str) -> list[dict]:

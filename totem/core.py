@@ -84,6 +84,8 @@ class Core:
         """Before anything reads or changes a project: finish what a crash left half-done, know
         the secrets to scrub, then start the scheduler."""
         await recover_changes(self.store)  # what a crash left half-done is read from the disk
+        await self.services.changes.recover()  # an undo, redo or Save as a kill interrupted
+        self.snapshots.start()
         await self.services.providers.refresh_scrubber()
         self.services.schedules.scheduler.start()
 

@@ -32,6 +32,7 @@ class SessionRow(TypedDict):
     redo: str | None  # JSON of what the last undo took away, for redo
     schedule: str | None  # the schedule this session is a run of
     parent: str | None  # the session whose run handed it its work (a sub-agent's)
+    restoring: str | None  # JSON journal of an undo, redo or Save as in progress
 
 
 class PartRow(TypedDict):

@@ -36,7 +36,9 @@ import asyncio
 import contextlib
 import difflib
 import hashlib
+import logging
 import os
+import re
 import secrets
 import shutil
 import stat
@@ -51,11 +53,16 @@ from .store import Store
 from .tools import ToolError, files as file_io
 from .watch import Watcher
 
+log = logging.getLogger("totem.snapshots")
+
 MAX_FILE_BYTES = 2 * 1024 * 1024
 DEFAULT_LIMIT_BYTES = 1024 * 1024 * 1024
 SNAPSHOTS_DIR = "snapshots"
 SHADOW_DIR = "ignore.git"  # the empty repository git lists a folder's ignore files with
 COMPRESS_LEVEL = 1  # fast: most of what is kept is never read again
+BLOB_TEMP_BYTES = 4
+# The temporary file of a content being kept: <the hash less its first two digits>.<random>.tmp
+BLOB_TEMP = re.compile(rf"[0-9a-f]{{62}}\.[0-9a-f]{{{BLOB_TEMP_BYTES * 2}}}\.tmp")
 MAX_PATCH_BYTES = 256 * 1024  # a file's diff beyond this is cut
 DIFF_CONTEXT_LINES = 3
 RACY_NS = 2_000_000_000  # a file changed this shortly before a look is read again at the next
@@ -65,6 +72,7 @@ SECRET = "a protected secret file: its content is never copied"
 # never copied into the store, whatever its name here.
 HARD_LINKED = "a file with more than one hard link: its content is never copied"
 NOT_KEPT = ""  # the hash of a file that exists but whose content was not kept
+LOST_TO_CAP = "its earlier content is no longer kept (the snapshot store of the project is over its limit)"
 
 
 def content_hash(data: bytes) -> str:
@@ -99,10 +107,15 @@ class Blobs:
             return digest
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         packed = zlib.compress(data, COMPRESS_LEVEL)
-        temp = f"{path}.{secrets.token_hex(4)}.tmp"
-        with open(temp, "wb") as stream:
-            stream.write(packed)
-        os.replace(temp, path)
+        temp = f"{path}.{secrets.token_hex(BLOB_TEMP_BYTES)}.tmp"
+        try:
+            with open(temp, "wb") as stream:
+                stream.write(packed)
+            os.replace(temp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+            raise
         self._count(projectid, len(packed))
         return digest
 
@@ -158,6 +171,24 @@ class Blobs:
                 total -= size
                 removed += 1
         self._sizes[projectid] = total
+        return removed
+
+    def remove_temps(self) -> int:
+        """Remove the temporary files of contents being kept that a kill left (they would
+        hold space that the cap does not count). Returns how many. Blocks."""
+        removed = 0
+        with contextlib.suppress(OSError):
+            for project in os.scandir(self.folder):
+                if not project.is_dir(follow_symlinks=False) or project.name == SHADOW_DIR:
+                    continue
+                for shard in os.scandir(project.path):
+                    if not shard.is_dir(follow_symlinks=False) or len(shard.name) != 2:
+                        continue
+                    for entry in os.scandir(shard.path):
+                        if BLOB_TEMP.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
+                            with contextlib.suppress(OSError):
+                                os.unlink(entry.path)
+                                removed += 1
         return removed
 
     def drop_project(self, projectid: str) -> None:
@@ -479,6 +510,28 @@ class Restored:
     lost: list[dict] = field(default_factory=list)  # {path, reason}
     kept: dict[str, str | None] = field(default_factory=dict)  # path -> what it replaced
 
+    def to_json(self) -> dict:
+        return {"restored": self.restored, "conflicts": self.conflicts, "lost": self.lost, "kept": self.kept}
+
+    @classmethod
+    def from_json(cls, data: dict) -> Restored:
+        return cls(list(data["restored"]), list(data["conflicts"]), list(data["lost"]), dict(data["kept"]))
+
+
+@dataclass
+class RestorePlan:
+    """A restore decided and not yet made: its journal (see Snapshots.plan_restore)."""
+
+    done: Restored  # decided without a write: already there, conflicts, lost
+    writes: list[dict]  # {path, want, replaced, temp}: the writes to make, in order
+
+    def to_json(self) -> dict:
+        return {"done": self.done.to_json(), "writes": self.writes}
+
+    @classmethod
+    def from_json(cls, data: dict) -> RestorePlan:
+        return cls(Restored.from_json(data["done"]), list(data["writes"]))
+
 
 class Snapshots:
     """The snapshots of every project of one Totem."""
@@ -595,11 +648,14 @@ class Snapshots:
 
     # -- restoring ----------------------------------------------------------------------
 
-    def restore(self, projectid: str, root: str, targets: list[dict], force: bool) -> Restored:
-        """Put each `{path, want, expect}` back: `want` is the content to restore (None: no
-        file), `expect` what Totem left there. A file that holds something else is a conflict
-        (restored anyway with `force`); what a restore replaces is kept (`kept`). Blocks."""
+    def plan_restore(self, projectid: str, root: str, targets: list[dict], force: bool) -> RestorePlan:
+        """Decide how to put each `{path, want, expect}` back, touching no file of the project:
+        `want` is the content to restore (None: no file), `expect` what Totem left there. A file
+        that holds something else is a conflict (restored anyway with `force`); what a write
+        will replace is kept first (`replaced`, for redo and for completing it after a kill),
+        and each write gets its temporary file's name, so that the plan is a journal. Blocks."""
         done = Restored()
+        writes: list[dict] = []
         for target in targets:
             path, want, expect = target["path"], target["want"], target["expect"]
             now = disk_digest(root, path)
@@ -613,27 +669,69 @@ class Snapshots:
             if want == NOT_KEPT:
                 done.lost.append({"path": path, "reason": "its earlier content was not kept"})
                 continue
-            data = self.blobs.get(projectid, want) if want is not None else None
-            if want is not None and data is None:
-                done.lost.append({"path": path, "reason": "its earlier content is no longer kept "
-                                  "(the snapshot store of the project is over its limit)"})
+            if want is not None and not self.blobs.has(projectid, want):
+                done.lost.append({"path": path, "reason": LOST_TO_CAP})
                 continue
             seen = read_kept(self.blobs, projectid, root, path)
             if seen is not None and seen.digest == NOT_KEPT:
                 done.lost.append({"path": path, "reason": f"what it holds now is {seen.note}, so "
                                   "it would be lost: not restored"})
                 continue
-            try:
-                _put_back(root, path, data)
-            except (ToolError, boundary.BoundaryError) as exc:
-                done.conflicts.append({"path": path, "reason": str(exc)})
-                continue
-            done.restored.append(path)
-            done.kept[path] = seen.digest if seen is not None else None
+            writes.append({"path": path, "want": want, "replaced": seen.digest if seen is not None else None,
+                           "temp": file_io.new_temp_name() if want is not None else None})
+        return RestorePlan(done, writes)
+
+    def apply_restore(self, projectid: str, root: str, plan: RestorePlan) -> Restored:
+        """Make the writes of a plan; what it did, with what the plan decided. Blocks."""
+        done = plan.done
+        for write in plan.writes:
+            self._put(projectid, root, write, done)
+        self._absorb(root, done.restored)
+        return done
+
+    def complete_restore(self, projectid: str, root: str, plan: RestorePlan) -> Restored:
+        """After a kill during `apply_restore`: each write of the plan is found done (the file
+        has what it wants), made (the file still has what the write was to replace) or, when
+        the file holds a third content, left as it is and listed as a conflict. The writes'
+        temporary files are removed. Blocks."""
+        done = plan.done
+        folders = set()
+        for write in plan.writes:
+            with contextlib.suppress(boundary.BoundaryError):
+                folders.add(os.path.dirname(boundary.resolve_inside(root, write["path"])))
+        for folder in folders:
+            file_io.remove_temp_files(folder)
+        for write in plan.writes:
+            path = write["path"]
+            now = disk_digest(root, path)
+            if now == write["want"]:
+                done.restored.append(path)
+                done.kept[path] = write["replaced"]
+            elif now == write["replaced"]:
+                self._put(projectid, root, write | {"temp": None}, done)  # a fresh temporary name
+            else:
+                done.conflicts.append({"path": path, "reason": "changed while Totem was stopped"})
+        self._absorb(root, done.restored)
+        return done
+
+    def _put(self, projectid: str, root: str, write: dict, done: Restored) -> None:
+        path, want = write["path"], write["want"]
+        data = self.blobs.get(projectid, want) if want is not None else None
+        if want is not None and data is None:
+            done.lost.append({"path": path, "reason": LOST_TO_CAP})
+            return
+        try:
+            _put_back(root, path, data, write.get("temp"))
+        except (ToolError, boundary.BoundaryError) as exc:
+            done.conflicts.append({"path": path, "reason": str(exc)})
+            return
+        done.restored.append(path)
+        done.kept[path] = write["replaced"]
+
+    def _absorb(self, root: str, paths: list[str]) -> None:
         tree = self._trees.get(root)
         if tree is not None:
-            tree.absorb(self.blobs, done.restored)
-        return done
+            tree.absorb(self.blobs, paths)
 
     # -- reading ------------------------------------------------------------------------
 
@@ -658,6 +756,17 @@ class Snapshots:
                     "patch": "", "note": "the content is not kept (too big, a secret file or hard-linked)"}
         return {"path": path, "status": status, **unified_diff(path, before, after if now_digest else None,
                                                                 created=first is None)}
+
+    def start(self) -> None:
+        """At start: remove, in the background, what a kill left half-written in the store."""
+        task = asyncio.get_running_loop().create_task(self._remove_temps(), name="snapshot temps")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _remove_temps(self) -> None:
+        removed = await asyncio.to_thread(self.blobs.remove_temps)
+        if removed:
+            log.info("removed %d temporary files a stop left in %s", removed, self.folder)
 
     async def close(self) -> None:
         for task in list(self._tasks):
@@ -716,7 +825,7 @@ def planned_diff(planned: file_io.Planned) -> dict:
             **unified_diff(planned.path, planned.before, planned.after, created=planned.before is None)}
 
 
-def _put_back(root: str, path: str, data: bytes | None) -> None:
+def _put_back(root: str, path: str, data: bytes | None, temp: str | None = None) -> None:
     absolute = boundary.resolve_for_write(root, path)
     if absolute != os.path.join(root, path):
         raise ToolError(f"{path} leads through a symbolic link now; not restored")
@@ -725,7 +834,7 @@ def _put_back(root: str, path: str, data: bytes | None) -> None:
             file_io.remove_file(root, absolute, path)
         return
     created: list[str] = []
-    file_io.write_atomic(root, absolute, data, path, created=created)
+    file_io.write_atomic(root, absolute, data, path, created=created, temp=temp)
 
 
 def _conflict_reason(now: str | None, expect: str | None) -> str:

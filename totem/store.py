@@ -253,6 +253,12 @@ MIGRATIONS = (
     CREATE UNIQUE INDEX server_pins_by_digest ON server_pins(projectid, digest);
     CREATE INDEX server_pins_by_server ON server_pins(projectid, server, id);
     """,
+    # 11: the journal of an undo, redo or Save as in progress: written before the first file is
+    # touched, cleared in the transaction that records the outcome; a start after a kill
+    # completes what it names.
+    """
+    ALTER TABLE sessions ADD COLUMN restoring TEXT;
+    """,
 )
 
 
@@ -975,9 +981,11 @@ class Store:
         return await self.read(run)
 
     async def set_reverted(self, sessionid: str, messageids: list[str], reverted: bool,
-                           redo: str | None) -> SessionRow | None:
-        """Mark (or unmark) messages and their file changes as taken back, and set the
-        session's redo (JSON, None: none), in one transaction."""
+                           redo: str | None, recovered: str | None = None) -> SessionRow | None:
+        """Mark (or unmark) messages and their file changes as taken back, set the session's
+        redo (JSON, None: none) and clear its journal (set_restoring), in one transaction. The
+        messages' `recovered` note (what a start completed after a kill) is set, or cleared
+        when None."""
         def run(c):
             flag = int(reverted)
             for start in range(0, len(messageids), MAX_SQL_VARIABLES):
@@ -987,9 +995,31 @@ class Store:
                           (flag, sessionid, *chunk))
                 c.execute(f"UPDATE messages SET reverted = ? WHERE sessionid = ? AND id IN ({marks})",
                           (flag, sessionid, *chunk))
-            c.execute("UPDATE sessions SET redo = ?, updated = ? WHERE id = ?", (redo, now_ms(), sessionid))
+                if recovered is None:
+                    c.execute(f"UPDATE messages SET data = json_remove(data, '$.recovered') WHERE sessionid = ? "
+                              f"AND id IN ({marks}) AND json_extract(data, '$.recovered') IS NOT NULL",
+                              (sessionid, *chunk))
+                else:
+                    c.execute(f"UPDATE messages SET data = json_set(data, '$.recovered', ?) WHERE sessionid = ? "
+                              f"AND id IN ({marks})", (recovered, sessionid, *chunk))
+            c.execute("UPDATE sessions SET redo = ?, restoring = NULL, updated = ? WHERE id = ?",
+                      (redo, now_ms(), sessionid))
             return _row(c.execute("SELECT * FROM sessions WHERE id = ?", (sessionid,)))
         return await self.write(run)
+
+    async def set_restoring(self, sessionid: str, journal: str | None) -> bool:
+        """Store (None: clear) the journal of a file operation of the session before it touches
+        a file; False when the session is gone."""
+        return await self.write(lambda c: c.execute("UPDATE sessions SET restoring = ? WHERE id = ?",
+                                                    (journal, sessionid)).rowcount == 1)
+
+    async def pending_restores(self) -> list[tuple[str, dict]]:
+        """(session id, journal) of each session whose file operation a kill interrupted (its
+        journal is still stored)."""
+        def run(c):
+            rows = c.execute("SELECT id, restoring FROM sessions WHERE restoring IS NOT NULL ORDER BY id")
+            return [(sessionid, json.loads(journal)) for sessionid, journal in rows]
+        return await self.read(run)
 
     async def message_ids(self, sessionid: str, reverted: bool | None = None) -> list[str]:
         """The ids of a session's messages, oldest first (only those taken back, or not)."""

@@ -18,7 +18,7 @@ import logging
 import os
 
 from ..boundary import BoundaryError, resolve_inside
-from ..tools.files import is_temp_name
+from ..tools.files import remove_temp_files
 
 log = logging.getLogger("totem.agent")
 
@@ -62,7 +62,7 @@ def _outcome(root: str, journal: list[dict]) -> tuple[bool, list[str]]:
             notes.append(f"{shown} does not have its new content" if entry.get("sha256")
                          else f"{shown} was not removed")
     for folder in folders:
-        _remove_temp_files(folder)
+        remove_temp_files(folder)
     return landed, notes
 
 
@@ -77,19 +77,3 @@ def _sha256(path: str) -> str | None:
     except OSError:
         return "unreadable"
     return digest.hexdigest()
-
-
-def _remove_temp_files(folder: str) -> None:
-    """Remove Totem's temporary files from a folder of the project (only those names)."""
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return
-    for name in names:
-        path = os.path.join(folder, name)
-        if is_temp_name(name) and os.path.isfile(path) and not os.path.islink(path):
-            try:
-                os.unlink(path)
-            except OSError as exc:
-                log.warning("cannot remove the temporary file %s: %s", path, exc.strerror)
-

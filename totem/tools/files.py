@@ -25,6 +25,7 @@ import codecs
 import difflib
 import errno
 import hashlib
+import logging
 import os
 import re
 import secrets
@@ -34,6 +35,8 @@ from typing import overload
 
 from .. import boundary
 from . import ToolContext, ToolError, display_path, resolve_path
+
+log = logging.getLogger("totem.tools")
 
 # The largest file a tool writes (the content of write, or the result of edit or patch).
 MAX_WRITE_BYTES = 5 * 1024 * 1024
@@ -196,6 +199,22 @@ def new_temp_name() -> str:
 def is_temp_name(name: str) -> bool:
     """Whether a file name is one of a write's temporary files (never shown, removed at start)."""
     return TEMP_NAME.fullmatch(name) is not None
+
+
+def remove_temp_files(folder: str) -> None:
+    """Remove the temporary files of writes from a folder (only those names, only regular
+    files): what a kill between a temporary file's creation and its rename left."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(folder, name)
+        if is_temp_name(name) and os.path.isfile(path) and not os.path.islink(path):
+            try:
+                os.unlink(path)
+            except OSError as exc:
+                log.warning("cannot remove the temporary file %s: %s", path, exc.strerror)
 
 
 def change_entry(shown: str, data: bytes | None, temp: str | None = None) -> dict:
