@@ -19,7 +19,7 @@ import time
 import unittest
 
 from tests.utils import MS, call
-from totem.store import DATABASE_FILE
+from totem.store import DATABASE_FILE, STOPPED_DURING_RUN
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAUNCHER = os.path.join(ROOT, "totem.py")
@@ -203,7 +203,7 @@ class CrashTest(ProcessCase):
             self.assertEqual(conn.execute("PRAGMA foreign_key_check").fetchall(), [])
 
     async def test_crash_open_parts_closed_on_restart(self):
-        """Parts left open by a crash are closed as `error` and their session set back to idle."""
+        """Parts left open by a crash are closed as `error`; their session and its last message read as failed, with the reason."""
         first = await self.start("first")
         answer = await call(first, "projects_open", {"path": self.folder("p")})
         projectid = answer.json()["id"]
@@ -222,14 +222,38 @@ class CrashTest(ProcessCase):
 
         second = await self.start("second")
         answer = await call(second, "sessions_read", ident=sessionid)
-        self.assertEqual(answer.json()["status"], "idle")
+        self.assertEqual((answer.json()["status"], answer.json()["error"]), ("error", STOPPED_DURING_RUN))
         answer = await call(second, "sessions_messages", ident=sessionid)
         [message] = answer.json()["messages"]
+        self.assertEqual(message["data"], {"ended": "error", "error": STOPPED_DURING_RUN})
         [part] = message["parts"]
         self.assertEqual((part["status"], part["text"]), ("error", "half a sen"))
         self.assertIsNotNone(part["closed"])
         self.assertIsNotNone(message["finished"])
 
+
+    async def test_crash_during_a_scheduled_run_reads_failed_in_schedules(self):
+        """A scheduled run that a kill ended is listed as failed, with the reason, not as idle."""
+        first = await self.start("first")
+        projectid = (await call(first, "projects_open", {"path": self.folder("p")})).json()["id"]
+        provider = (await call(first, "providers_save", {"name": "Local", "kind": "openai",
+                                                         "url": "http://127.0.0.1:9/v1"})).json()["id"]
+        saved = await call(first, "schedules_save", {"projectid": projectid, "name": "Nightly", "prompt": "check",
+                                                     "model": f"{provider}/m", "kind": "interval", "interval": 60})
+        self.assertEqual(saved.status, 200, saved.body)
+        sessionid = (await call(first, "sessions_create", {"projectid": projectid})).json()["id"]
+        first.kill()
+        # What a scheduled run streaming at the moment of the kill leaves behind.
+        with contextlib.closing(sqlite3.connect(os.path.join(self.data, DATABASE_FILE))) as conn, conn:
+            stamp = int(time.time() * 1000)
+            conn.execute("UPDATE sessions SET status = 'running', schedule = ? WHERE id = ?",
+                         (saved.json()["id"], sessionid))
+            conn.execute("UPDATE schedules SET data = json_set(data, '$.last', json(?)) WHERE id = ?",
+                         (f'{{"status": "started", "sessionid": "{sessionid}", "time": {stamp}, "note": ""}}',
+                          saved.json()["id"]))
+        second = await self.start("second")
+        [schedule] = (await call(second, "schedules", query=f"projectid={projectid}")).json()
+        self.assertEqual((schedule["last"]["status"], schedule["last"]["note"]), ("failed", STOPPED_DURING_RUN))
 
 class StartRefusalTest(ProcessCase):
     async def test_config_bad_value_one_line(self):

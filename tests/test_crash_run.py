@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 from tests.model_server import ScriptedModel, Stream, chunk
 from tests.utils import MS, call
+from totem.store import STOPPED_DURING_RUN
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DELTA = "abcdefghij"
@@ -74,8 +75,11 @@ class CrashDuringRunTest(unittest.IsolatedAsyncioTestCase):
         process = await self.start()
         try:
             session_now = (await call(self.server, "sessions_read", ident=session["id"])).json()
-            self.assertEqual(session_now["status"], "idle")
+            # The run the kill ended reads as failed, with the reason, on the session and its answer.
+            self.assertEqual((session_now["status"], session_now["error"]), ("error", STOPPED_DURING_RUN))
             messages = (await call(self.server, "sessions_messages", ident=session["id"])).json()["messages"]
+            self.assertEqual((messages[-1]["data"]["ended"], messages[-1]["data"]["error"]),
+                             ("error", STOPPED_DURING_RUN))
             part = messages[-1]["parts"][0]
             self.assertEqual(part["status"], "error")
             self.assertIsNotNone(part["closed"])

@@ -398,7 +398,7 @@ class SlowClientTest(TotemCase):
         try:
             for ws in clients:
                 await subscribe(ws, session["id"])
-            await settle(self.app, session["id"])
+            await settle(self.app, session["id"], len(clients))
             serialize = Frame.serialize
             with mock.patch.object(Frame, "serialize", autospec=True, side_effect=serialize) as framed:
                 self.app.hub.publish(PartDelta(session["id"], "p", "once"))

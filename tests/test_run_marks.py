@@ -54,3 +54,16 @@ class RunMarksTest(LoopCase):
         stored = await self.messages()
         self.assertEqual([m["role"] for m in stored], ["user", "assistant"])  # the answer that failed
         self.assertEqual(stored[-1]["data"]["ended"], "error")
+
+
+class StatusAfterPromptTest(LoopCase):
+    async def test_read_right_after_prompt_says_running(self):
+        """Sessions|read right after Sessions|prompt returned says running, every time (the
+        status is stored before the prompt returns, not when the run's task first runs)."""
+        sessions = self.app.services.sessions
+        for attempt in range(5):
+            self.model.script(Stall())
+            await sessions.prompt(self.session["id"], f"attempt {attempt}", model=self.modelref)
+            self.assertEqual((await sessions.read(self.session["id"]))["status"], "running", attempt)
+            await call(self.app, "sessions_abort", ident=self.session["id"], method="POST")
+            await run_ended(self.app, self.session["id"])

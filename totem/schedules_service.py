@@ -58,6 +58,9 @@ class Schedules:
             session = await self.store.get_session(last["sessionid"])
             last["status"] = ("running" if self.sessions.runs.is_running(last["sessionid"])
                               else session["status"] if session else "removed")
+            if last["status"] == "error":  # the run failed, or the server stopped during it
+                reason = session["error"] if session is not None else None
+                last.update(status="failed", note=reason or "the run failed")
         fields = {key: data.get(key) for key in ("name", "prompt", "model", "kind", "interval", "time", "mode",
                                                   "autoaccept", "enabled")}
         next_at = data.get("next")

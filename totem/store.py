@@ -262,6 +262,10 @@ MIGRATIONS = (
 )
 
 
+# Why a run that was going on when the process died did not end (set by the next start).
+STOPPED_DURING_RUN = "Totem stopped during this run (killed or crashed); the run did not finish"
+
+
 def now_ms() -> int:
     """Milliseconds since the epoch: the one time format of the API and the database."""
     return time.time_ns() // 1_000_000
@@ -359,7 +363,12 @@ def _recover_after_crash(conn: sqlite3.Connection) -> None:
     conn.execute("UPDATE parts SET status = 'error', closed = ?, updated = ? WHERE closed IS NULL",
                  (stamp, stamp))
     conn.execute("UPDATE messages SET finished = ? WHERE finished IS NULL", (stamp,))
-    conn.execute("UPDATE sessions SET status = 'idle' WHERE status = 'running'")
+    # Its run did not end: the session reads as failed, and its last message says where it
+    # stopped and why, as a run that failed says it (agent.loop, mark_run_end).
+    conn.execute("UPDATE messages SET data = json_set(data, '$.ended', 'error', '$.error', ?) WHERE id IN ("
+                 "SELECT (SELECT id FROM messages WHERE sessionid = sessions.id ORDER BY id DESC LIMIT 1) "
+                 "FROM sessions WHERE status = 'running')", (STOPPED_DURING_RUN,))
+    conn.execute("UPDATE sessions SET status = 'error', error = ? WHERE status = 'running'", (STOPPED_DURING_RUN,))
     # Prompts that waited for a run are said, not run: they stay in the conversation.
     conn.execute("UPDATE messages SET data = json_remove(data, '$.queued') "
                  "WHERE role = 'user' AND json_extract(data, '$.queued') IS NOT NULL")

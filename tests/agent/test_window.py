@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from tests.model_server import reply
+from tests.model_server import Stall, reply, text_chunks
 from tests.test_loop import LoopCase
 from tests.utils import MS, call, run_ended
 from totem.agent.context import (
@@ -217,6 +217,34 @@ class CompactionTest(WindowCase):
         last = chats[2].body["messages"]
         self.assertEqual(last[1]["content"], COMPACTED_INTRO + "the summary of it all")
         self.assertEqual(last[-1]["content"], "and now?")
+
+    async def test_an_interrupted_compaction_is_dropped(self):
+        """A summary cut by an abort is kept for the person to read and marked so, but the next
+        prompt is sent from the whole conversation, never from the half summary or with it as
+        an answer."""
+        self.model.script(reply("first answer"), Stall(text_chunks("half a summ", 2)), reply("after"))
+        await self.prompt("hello there")
+        await self.wait_idle()
+        answer = await call(self.app, "sessions_compact", {}, ident=self.session["id"])
+        self.assertEqual(answer.status, 200, answer.body)
+        messages = []
+        for _ in range(2000):  # until the half summary is stored
+            messages = (await call(self.app, "sessions_messages", ident=self.session["id"])).json()["messages"]
+            if "half a summ" in json.dumps(messages):
+                break
+            await asyncio.sleep(5 * MS)
+        aborted = await call(self.app, "sessions_abort", {}, ident=self.session["id"])
+        self.assertEqual(aborted.status, 200, aborted.body)
+        await self.wait_idle()
+        summary = (await call(self.app, "sessions_messages", ident=self.session["id"])).json()["messages"][-1]
+        self.assertTrue(summary["data"]["compacting"])
+        self.assertNotIn("compaction", summary["data"])
+        await self.prompt("and now?")
+        await self.wait_idle()
+        sent = json.dumps(self.chats()[-1].body["messages"])
+        self.assertNotIn("half a summ", sent)
+        self.assertIn("first answer", sent)
+        self.assertNotIn(COMPACTED_INTRO, sent)
 
     async def wait_idle(self):
         await asyncio.sleep(5 * MS)

@@ -50,9 +50,10 @@ class Answers:
 
     async def stream(self, sessionid: str, model: str, target, body: dict, marks: dict | None = None,
                      prompt: str | None = None, review: Review | None = None, encoder=None,
-                     ) -> tuple[list[ToolCall], dict[str, OpenPart]]:
+                     opening: dict | None = None) -> tuple[list[ToolCall], dict[str, OpenPart]]:
         """Stream one answer into parts; returns its tool calls and the part of each. `marks`
-        go into the data of the finished message (`compaction`); `prompt`, the id of the user
+        go into the data of the finished message (`compaction`), `opening` into the data of the
+        message until it is finished (kept when it fails: `compacting`); `prompt`, the id of the user
         message the run answers, into its data as `prompt`, failed or not. With `review` (a
         self-checked answer), the text is held until the answer ends, then stored and published
         whole, followed by a `validation` part when the review found problems; reasoning and
@@ -64,7 +65,8 @@ class Answers:
         """
         started = now_ms()
         answering = {"prompt": prompt} if prompt else {}
-        message = await self.store.add_message(sessionid, "assistant", model=model, data=answering or None)
+        message = await self.store.add_message(sessionid, "assistant", model=model,
+                                               data=(answering | (opening or {})) or None)
         message["parts"] = []
         self.hub.publish(MessageCreated(sessionid, message))
         text_part = reasoning_part = None
@@ -106,7 +108,7 @@ class Answers:
             if held:  # what the model said before it stopped, kept and marked where it stopped
                 await asyncio.shield(self.recorder.add_whole(sessionid, messageid, "text", "".join(held), ending))
             await self.store.finish_message(messageid, usage, {"started": started, "first": first_token,
-                                                               "failed": True, **answering})
+                                                               "failed": True, **(opening or {}), **answering})
             raise
         for open_part in (reasoning_part, text_part):
             if open_part is not None:

@@ -243,7 +243,10 @@ def history_messages(history: list[MessageRow], attachments: dict[str, list[Cont
     the last one added.
     """
     messages = []
-    history = conversation_order(history, current)
+    # A compaction that did not end (aborted, failed, or the server stopped) is dropped: its
+    # half summary is neither applied nor sent as an answer.
+    history = [message for message in conversation_order(history, current)
+               if not (message.get("data") or {}).get("compacting")]
     compacted = max((index for index, message in enumerate(history)
                      if message["role"] == "assistant" and (message.get("data") or {}).get("compaction")), default=None)
     if compacted is not None:

@@ -187,6 +187,8 @@ class Runs:
                 messageid = (await turns.store_user_message(self.store, self.hub, session, prompt))["id"]
             else:
                 await self.store.set_message_queued(messageid, False)
+            # Running from the moment the caller answers: a read right after says so.
+            await self._set_status(sessionid, "running")
         except BaseException:
             del self._runs[sessionid]
             raise
@@ -204,6 +206,11 @@ class Runs:
         asker = Asker(sessionid, project["id"], session_root(session, project), prompt.mode)
         run = _Run(session, project, prompt, asker, compact_only=True)
         self._runs[sessionid] = run
+        try:
+            await self._set_status(sessionid, "running")
+        except BaseException:
+            del self._runs[sessionid]
+            raise
         run.task = asyncio.create_task(self._run(run), name=f"compaction {sessionid}")
 
     def open_parts(self, sessionid: str) -> list[PartRow]:
@@ -256,7 +263,6 @@ class Runs:
         sessionid = run.session["id"]
         status = "idle"
         try:
-            await self._set_status(sessionid, "running")
             status = await self._steps(run)
         except asyncio.CancelledError:
             status = "aborted"
@@ -402,8 +408,11 @@ class Runs:
         """A summary of the conversation by the session's model, without tools, stored as an
         assistant message marked `compaction` that the person reads like any answer."""
         body = target.kind.request_body(target, compaction_messages(messages, window), [], None)
+        # Marked `compacting` until it ends well: a summary cut by an abort, an error or a kill
+        # is dropped from the history (context.history_messages), never sent as an answer.
         _calls, parts = await self.answers.stream(run.session["id"], run.prompt.model, target, body,
-                                                  {"compaction": True}, prompt=run.messageid)
+                                                  {"compaction": True}, prompt=run.messageid,
+                                                  opening={"compacting": True})
         for open_part in parts.values():  # a model that calls a tool anyway: nothing runs
             open_part.data["error"] = "no tools while compacting"
             await self.recorder.close(open_part, "error")
