@@ -324,6 +324,10 @@ class ScriptedModel:
         """Queue answers for the next chat requests, in order."""
         self._script.extend(responses)
 
+    def forget_script(self) -> None:
+        """Drop the answers queued and not asked for (a run that ended before them)."""
+        self._script.clear()
+
     def serve_json(self, method: str, path: str, body: Any, status: int = 200) -> None:
         """Answer `method path` with this JSON from now on."""
         self._routes[(method.upper(), path)] = JsonResponse(body, status)

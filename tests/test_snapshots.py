@@ -581,7 +581,7 @@ class LimitsTest(SnapshotCase):
         self.assertLessEqual(blobs.size(projectid), blobs.limit_bytes)
         done = await self.undo(first)
         self.assertEqual([item["path"] for item in done["lost"]], ["one.txt"])
-        self.assertIn("no longer kept", done["lost"][0]["reason"])
+        self.assertIn("over its limit", done["lost"][0]["reason"])
         self.assertIn("limit", done["lost"][0]["reason"])
         self.assertEqual(done["restored"], ["two.txt"])
         self.assertEqual((self.text("one.txt"), self.text("two.txt")), ("new one\n", old_two))

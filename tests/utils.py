@@ -126,13 +126,18 @@ class TotemCase(unittest.IsolatedAsyncioTestCase):
     rules: dict | None = None  # the [rules] section of the configuration
 
     async def asyncSetUp(self):
-        self.tmp = os.path.realpath(tempfile.mkdtemp(prefix="totem-test-"))
-        self.addCleanup(shutil.rmtree, self.tmp, ignore_errors=True)
+        self.tmp = self.make_tmp()
         self._server = running_totem(self.tmp, self.rules, **self.settings)
         self.app = await self._server.__aenter__()
 
     async def asyncTearDown(self):
         await self._server.__aexit__(None, None, None)
+
+    def make_tmp(self) -> str:
+        """The test's temporary folder (the data folder and the projects go in it), removed after."""
+        tmp = os.path.realpath(tempfile.mkdtemp(prefix="totem-test-"))
+        self.addCleanup(shutil.rmtree, tmp, ignore_errors=True)
+        return tmp
 
     def folder(self, name: str) -> str:
         path = os.path.join(self.tmp, name)

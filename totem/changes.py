@@ -24,18 +24,20 @@ import json
 import logging
 import os
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from . import boundary
-from .errors import BadRequest, Conflict, NotFound
+from .errors import BadRequest, Conflict, NotFound, StorageFull, out_of_space
 from .events import DiffUpdated, SessionUpdated
 from .rows import SessionRow, SnapshotRow
 from .snapshots import Prior, Restored, RestorePlan, Scope, Snapshots, content_hash, disk_digest
 from .store import Store, session_view
-from .tools import ToolError, files as file_io
+from .tools import NoSpace, ToolError, files as file_io
 
 MAX_SAVE_BYTES = file_io.MAX_WRITE_BYTES
 
 log = logging.getLogger("totem.changes")
+T = TypeVar("T")
 
 
 class Changes:
@@ -162,7 +164,8 @@ class Changes:
         self._busy.add(sessionid)
         try:
             projectid, root = journal["projectid"], journal["root"]
-            plan = await asyncio.to_thread(self.snapshots.plan_restore, projectid, root, targets, force)
+            plan = await _unless_full(self.snapshots.folder, asyncio.to_thread(
+                self.snapshots.plan_restore, projectid, root, targets, force))
             if plan.writes:
                 await self.store.set_restoring(sessionid, json.dumps(journal | {"plan": plan.to_json()}))
             done = await asyncio.to_thread(self.snapshots.apply_restore, projectid, root, plan)
@@ -255,7 +258,8 @@ class Changes:
             raise Conflict(("session", "an undo, redo or Save as of this session is in progress; wait for it"))
         self._busy.add(sessionid)
         try:
-            priors = await asyncio.to_thread(self.snapshots.keep_before, projectid, root, [relative])
+            priors = await _unless_full(self.snapshots.folder, asyncio.to_thread(
+                self.snapshots.keep_before, projectid, root, [relative]))
             temp = file_io.new_temp_name()
             prior = priors[relative]
             # A kill after the write and before its record is completed at the next start.
@@ -268,6 +272,8 @@ class Changes:
                 await self.snapshots.record_files(Scope(sessionid, projectid, root, messageid, None, "saveas"),
                                                   priors)
                 await self.store.set_restoring(sessionid, None)
+        except NoSpace as exc:
+            raise StorageFull(exc.folder) from None
         except ToolError as exc:
             raise BadRequest(("path", str(exc))) from None
         finally:
@@ -285,6 +291,16 @@ class Changes:
         if landed and not recorded:
             await self.snapshots.record_files(scope, {relative: Prior(journal["before"], journal["note"])})
         await self.store.set_restoring(sessionid, None)
+
+
+async def _unless_full(folder: str, work: Awaitable[T]) -> T:
+    """The result of `work`, whose OSError for want of space becomes StorageFull (507)."""
+    try:
+        return await work
+    except OSError as exc:
+        if out_of_space(exc):
+            raise StorageFull(folder) from None
+        raise
 
 
 def _write(root: str, absolute: str, data: bytes, relative: str, temp: str) -> None:

@@ -7,7 +7,11 @@ Handlers raise these; the server turns them into responses. Nothing else builds 
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import shutil
+import sqlite3
 
 
 class ApiError(Exception):
@@ -61,6 +65,53 @@ class UnsupportedMediaType(ApiError):
 
 class TooManyRequests(ApiError):
     status = 429
+
+
+class StorageFull(ApiError):
+    """A write that failed for want of space (sqlite's "database or disk is full", ENOSPC or
+    EDQUOT): 507, naming the folder and what is left there. Nothing was changed by it."""
+
+    status = 507
+
+    def __init__(self, folder: str):
+        self.folder = folder
+        super().__init__(("storage", f"the disk is full: {folder} has {_size(free_bytes(folder))} free; "
+                                     "free some space, then try again"))
+
+
+def out_of_space(exc: BaseException) -> bool:
+    """Whether an error is a write that failed for want of space."""
+    if isinstance(exc, StorageFull):
+        return True
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    if isinstance(exc, sqlite3.Error):
+        return getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "disk is full" in str(exc)
+    return False
+
+
+def free_bytes(folder: str) -> int | None:
+    """The bytes an unprivileged process may still write in the file system of `folder`."""
+    path = folder
+    while path and not os.path.exists(path):
+        path = os.path.dirname(path)
+    try:
+        return shutil.disk_usage(path or "/").free
+    except OSError:
+        return None
+
+
+def _size(count: int | None) -> str:
+    if count is None:
+        return "an unknown amount"
+    if count < 1024:
+        return f"{count} B"
+    value = count / 1024
+    for unit in ("KB", "MB"):
+        if value < 1024:
+            return f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GB"
 
 
 def error_body(errors) -> bytes:

@@ -46,6 +46,8 @@ Session = dict[str, Any]
 JobList = list[dict[str, Any]]
 Attachments = list[tuple[str, str, bytes]]  # (name, media type, content) of each file
 
+# The status of a session whose run ended without its end stored.
+UNSTORED_END = "the run ended, but its end could not be stored (is the disk full?)"
 
 class Sessions:
     """The conversations of the projects, and what runs in them."""
@@ -74,6 +76,9 @@ class Sessions:
     def view(self, row: SessionRow) -> Session:
         """A session as answers show it: with `waiting`, the questions that wait for the person."""
         session = session_view(row)
+        if session["status"] == "running" and not self.runs.is_running(session["id"]):
+            # The run ended but its end could not be stored (a full disk): say what is true.
+            session |= {"status": "error", "error": session["error"] or UNSTORED_END}
         return session | {"waiting": self.runs.questions.waiting_in(session["id"])}
 
     async def read(self, sessionid: str) -> Session:

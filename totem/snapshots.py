@@ -48,6 +48,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from . import boundary, git
+from .errors import out_of_space
 from .events import DiffUpdated
 from .store import Store
 from .tools import ToolError, files as file_io
@@ -71,8 +72,10 @@ SECRET = "a protected secret file: its content is never copied"
 # A second name of a file (`ln ~/.ssh/id_ed25519 notes.txt`) may be a secret's: its content is
 # never copied into the store, whatever its name here.
 HARD_LINKED = "a file with more than one hard link: its content is never copied"
+NO_SPACE = "its content was not kept: the disk was full"
 NOT_KEPT = ""  # the hash of a file that exists but whose content was not kept
-LOST_TO_CAP = "its earlier content is no longer kept (the snapshot store of the project is over its limit)"
+LOST_TO_CAP = ("its earlier content is not kept (the snapshot store of the project was over its limit, "
+               "or the disk was full)")
 
 
 def content_hash(data: bytes) -> str:
@@ -242,9 +245,11 @@ def _lstat_inside(root: str, relative: str, folders: dict[str, bool] | None = No
 
 
 def read_kept(blobs: Blobs, projectid: str, root: str, relative: str,
-              info: os.stat_result | None = None) -> Seen | None:
+              info: os.stat_result | None = None, spare: bool = False) -> Seen | None:
     """Keep the current content of a file of the project; None when there is no such regular
-    file (absent, a link, a folder). Blocks."""
+    file (absent, a link, a folder). With `spare`, a content that the disk has no room for
+    is hashed and not kept (what a file holds after a change: only a redo would need it);
+    without, that raises OSError. Blocks."""
     info = info or _lstat_inside(root, relative)
     if info is None:
         return None
@@ -263,7 +268,12 @@ def read_kept(blobs: Blobs, projectid: str, root: str, relative: str,
         return None
     if len(data) > MAX_FILE_BYTES:
         return Seen(*stamp, NOT_KEPT, TOO_BIG, racy)
-    return Seen(*stamp, blobs.put(projectid, data), racy=racy)
+    try:
+        return Seen(*stamp, blobs.put(projectid, data), racy=racy)
+    except OSError as exc:
+        if not spare or not out_of_space(exc):
+            raise
+        return Seen(*stamp, content_hash(data), NO_SPACE, racy)
 
 
 def _no_follow(path: str, flags: int) -> int:
@@ -339,7 +349,7 @@ class Tree:
         if not self.ready:
             return
         for path in paths:
-            seen = read_kept(blobs, self.projectid, self.root, path)
+            seen = read_kept(blobs, self.projectid, self.root, path, spare=True)
             if seen is None:
                 self.files.pop(path, None)
             else:
@@ -407,7 +417,7 @@ class Tree:
             return Change(path, known, None)
         if known is not None and not force and known.same_stat(info) and not known.racy:
             return None
-        seen = read_kept(blobs, self.projectid, self.root, path, info)
+        seen = read_kept(blobs, self.projectid, self.root, path, info, spare=True)
         if seen is None:
             if known is not None:
                 del self.files[path]
@@ -568,10 +578,27 @@ class Snapshots:
         await self._add(scope, rows)
         return [row["path"] for row in rows]
 
+    def put_back(self, projectid: str, root: str, priors: dict[str, Prior]) -> list[str]:
+        """Take back a tool's change whose record failed: each file as it was before (removed
+        when there was none). Returns the paths that could not be put back. Blocks."""
+        left = []
+        for path, prior in priors.items():
+            data = self.blobs.get(projectid, prior.digest) if prior.digest else None
+            if prior.digest is not None and data is None:
+                left.append(path)
+                continue
+            try:
+                if disk_digest(root, path) != prior.digest:
+                    _put_back(root, path, data)
+            except (ToolError, boundary.BoundaryError):
+                left.append(path)
+        self._absorb(root, [path for path in priors if path not in left])
+        return left
+
     def _afters(self, scope: Scope, paths: list[str]) -> dict[str, tuple[str | None, str]]:
         found: dict[str, tuple[str | None, str]] = {}
         for path in paths:
-            seen = read_kept(self.blobs, scope.projectid, scope.root, path)
+            seen = read_kept(self.blobs, scope.projectid, scope.root, path, spare=True)
             found[path] = (None, "") if seen is None else (seen.digest, seen.note)
         tree = self._trees.get(scope.root)
         if tree is not None:

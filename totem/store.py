@@ -9,7 +9,9 @@ futures, so nothing here blocks the loop. Nothing outside this module writes SQL
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 import os
 import queue
 import secrets
@@ -18,6 +20,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from .errors import StorageFull, out_of_space
 from .rows import (
     AttachmentInfo,
     AttachmentRow,
@@ -51,6 +54,8 @@ MAX_PIECES = (1 << PIECE_BITS) - 1
 MAX_SERVER_PINS = 16  # approvals of one project MCP server whose manifest is kept
 
 # Each entry moves the schema one version up; never edit one that has shipped.
+log = logging.getLogger("totem.store")
+
 MIGRATIONS = (
     """
     CREATE TABLE projects (
@@ -398,6 +403,7 @@ class Store:
         # Tool parts a crash left open with a journal of file changes: {id, data, root}, for the
         # restart to record from the disk whether the change landed (agent/recovery.py).
         self.interrupted: list[dict] = []
+        self._full_since: float | None = None  # since when writes fail for want of space
 
     # -- life cycle ---------------------------------------------------------------------------
 
@@ -455,7 +461,24 @@ class Store:
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         self._jobs.put((fn, args, loop, future))
-        return await future
+        try:
+            result = await future
+        except sqlite3.Error as exc:
+            if out_of_space(exc):
+                raise self._full() from None
+            raise
+        if self._full_since is not None:
+            log.warning("the database takes writes again (%s)", os.path.dirname(self.path))
+            self._full_since = None
+        return result
+
+    def _full(self) -> StorageFull:
+        """The error of a write refused for want of space, logged once until writes work again."""
+        full = StorageFull(os.path.dirname(self.path))
+        if self._full_since is None:
+            self._full_since = time.monotonic()
+            log.warning("the database cannot grow: %s; writes fail until there is space", full.errors[0][1])
+        return full
 
     def _write_loop(self, conn: sqlite3.Connection) -> None:
         while True:
@@ -494,7 +517,8 @@ class Store:
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
             if conn.in_transaction:
-                conn.execute("ROLLBACK")
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
             results = [(False, exc)] * len(batch)
         for (ok, value), (_fn, _args, loop, future) in zip(results, batch, strict=True):
             loop.call_soon_threadsafe(_settle, future, ok, value)

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 from collections.abc import Awaitable, Callable
 
+from ..errors import out_of_space
 from ..events import MessageCreated
 from ..store import Store, now_ms
 from .context import CHARS_PER_TOKEN, estimated_tokens
@@ -38,6 +40,8 @@ COST_DIGITS = 8
 # data `{problems, blocking}`, or None when there is nothing to say.
 Review = Callable[[str, bool], Awaitable[dict | None]]
 
+
+log = logging.getLogger("totem.agent")
 
 class Answers:
     """Streams model answers into the parts of assistant messages."""
@@ -102,13 +106,15 @@ class Answers:
                         result = event.result
         except BaseException as exc:
             ending = "aborted" if isinstance(exc, asyncio.CancelledError) else "error"
+            # What ended the answer is what the run must see, even when storing its end fails.
             for open_part in [text_part, reasoning_part, *tool_parts.values()]:
                 if open_part is not None:
-                    await self.recorder.close(open_part, ending)
+                    await _quietly(self.recorder.close(open_part, ending))
             if held:  # what the model said before it stopped, kept and marked where it stopped
-                await asyncio.shield(self.recorder.add_whole(sessionid, messageid, "text", "".join(held), ending))
-            await self.store.finish_message(messageid, usage, {"started": started, "first": first_token,
-                                                               "failed": True, **(opening or {}), **answering})
+                await _quietly(asyncio.shield(
+                    self.recorder.add_whole(sessionid, messageid, "text", "".join(held), ending)))
+            await _quietly(self.store.finish_message(messageid, usage, {
+                "started": started, "first": first_token, "failed": True, **(opening or {}), **answering}))
             raise
         for open_part in (reasoning_part, text_part):
             if open_part is not None:
@@ -171,3 +177,13 @@ def tokens_of(usage: dict | None, body: dict, written_chars: int, price: Price |
         tokens["cost"] = round((tokens["input"] * price["input"] + tokens["output"] * price["output"])
                                / PRICE_TOKENS, COST_DIGITS)
     return tokens
+
+
+async def _quietly(work: Awaitable) -> None:
+    """Await the storing of a failed answer's end; its own failure is logged, not raised (a
+    full disk is logged once, by the store)."""
+    try:
+        await work
+    except Exception as exc:
+        if not out_of_space(exc):
+            log.exception("the end of a failed answer was not stored")

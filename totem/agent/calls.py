@@ -17,12 +17,13 @@ import logging
 import threading
 from collections.abc import Awaitable, Callable
 
+from ..errors import StorageFull, out_of_space
 from ..events import TodoUpdated
 from ..git import GitError
 from ..permissions import COMMAND
 from ..snapshots import Prior, Scope, Snapshots, Window, planned_diff
 from ..store import now_ms
-from ..tools import OutsideProject, ToolContext, ToolError
+from ..tools import NoSpace, OutsideProject, ToolContext, ToolError
 from ..vault import QuietScrub
 from .gate import Asker, PermissionGate
 from .recorder import OpenPart, Recorder
@@ -101,13 +102,21 @@ class ToolCalls:
             result = await tool.run(args, ctx)
         except ToolError as exc:
             data["error"] = self.scrubber().scrub(str(exc))
-            await self._record(open_part, scope, priors, window, None)
+            full = await self._record(open_part, scope, priors, window, None)
             await self.recorder.close(open_part, "error")
+            if isinstance(exc, NoSpace):  # every later write would fail the same way
+                raise StorageFull(exc.folder) from None
+            if full is not None:
+                raise full from None
             return
         except BaseException:
             await asyncio.shield(self._record(open_part, scope, priors, window, None))
             raise
-        await self._record(open_part, scope, priors, window, result.data.get("job"))
+        full = await self._record(open_part, scope, priors, window, result.data.get("job"))
+        if full is not None:
+            data["error"] = data["snapshot"]["error"]
+            await self.recorder.close(open_part, "error")
+            raise full
         output = self.scrubber().scrub(result.output)
         if len(output) > MAX_TOOL_OUTPUT_CHARS:
             output = output[:MAX_TOOL_OUTPUT_CHARS] + f"\n[output cut at {MAX_TOOL_OUTPUT_CHARS} characters]"
@@ -155,11 +164,13 @@ class ToolCalls:
             return None
 
     async def _record(self, open_part: OpenPart, scope: Scope, priors: dict[str, Prior],
-                      window: Window | None, jobid: str | None) -> None:
+                      window: Window | None, jobid: str | None) -> StorageFull | None:
         """Record the files the call changed: the kept content of the file tools' targets, or
-        the tree after a command (after its job, for one in the background)."""
+        the tree after a command (after its job, for one in the background). A file tool's
+        change that cannot be recorded is undone (a change Undo would not know of must not
+        stay). Returns the StorageFull that ends the run when space ran out."""
         if self.snapshots is None:
-            return
+            return None
         try:
             if priors:
                 changed = await self.snapshots.record_files(scope, priors)
@@ -167,17 +178,27 @@ class ToolCalls:
                 job = self.jobs.get(scope.sessionid, jobid)
                 if job.task is not None:
                     self.snapshots.end_with(window, job.task)
-                return
+                return None
             elif window is not None:
                 changed = await self.snapshots.end_command(window)
             else:
-                return
-        except (GitError, OSError) as exc:
-            log.warning("the changes of %s were not recorded: %s", scope.partid, exc)
-            open_part.data["snapshot"] = {"error": f"the changes were not recorded: {exc}"}
-            return
+                return None
+        except (GitError, OSError, StorageFull) as exc:
+            full = exc if isinstance(exc, StorageFull) else (
+                StorageFull(self.snapshots.folder) if out_of_space(exc) else None)
+            reason = full.errors[0][1] if full is not None else str(exc)
+            if full is None:
+                log.warning("the changes of %s were not recorded: %s", scope.partid, exc)
+            note = f"the changes were not recorded: {reason}"
+            if priors:
+                left = await asyncio.to_thread(self.snapshots.put_back, scope.projectid, scope.root, priors)
+                note = (f"the change could not be recorded ({reason}), so it was undone" if not left else
+                        f"the change could not be recorded ({reason}); undoing it failed for {', '.join(left)}")
+            open_part.data["snapshot"] = {"error": note}
+            return full
         if changed:
             open_part.data["changed"] = changed
+        return None
 
     def _context(self, asker: Asker, open_part: OpenPart, scope: Scope, priors: dict[str, Prior],
                  limits: dict, confinement=None) -> ToolContext:
@@ -220,7 +241,14 @@ class ToolCalls:
                 await self.recorder.update(open_part, "running")
             if self.snapshots is not None:  # what is there now, before the change
                 fresh = [entry["path"] for entry in entries if entry["path"] not in priors]
-                priors.update(self.snapshots.keep_before(scope.projectid, scope.root, fresh))
+                try:
+                    priors.update(self.snapshots.keep_before(scope.projectid, scope.root, fresh))
+                except OSError as exc:  # a change that could not be undone is not made
+                    if out_of_space(exc):
+                        raise NoSpace("nothing was changed: the content before the change could not be kept "
+                                      "(no space is left on the disk)", self.snapshots.folder) from None
+                    raise ToolError(f"nothing was changed: the content before the change could not be kept "
+                                    f"({exc.strerror or exc})") from None
             try:
                 asyncio.run_coroutine_threadsafe(record(), loop).result(JOURNAL_TIMEOUT_S)
             except Exception as exc:

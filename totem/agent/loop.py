@@ -16,9 +16,11 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 from dataclasses import dataclass, field
 
 from ..boundary import session_root
+from ..errors import StorageFull, out_of_space
 from ..events import RunError, SessionStatus
 from ..rows import PartRow
 from ..store import Store
@@ -269,7 +271,11 @@ class Runs:
         except ProviderError as exc:
             self._fail(run, redact(exc.message, run.key))
             status = "error"
-        except Exception:
+        except Exception as exc:
+            if out_of_space(exc):  # a state, not a crash: the store logged it once
+                self._fail(run, f"The run stopped: {_full_reason(exc, self.store)}.")
+                status = "error"
+                return
             log.exception("run of session %s failed", sessionid)
             self._fail(run, "Totem failed while running this prompt; see the server log.")
             status = "error"
@@ -299,22 +305,33 @@ class Runs:
             follow.queue = rest + follow.queue
 
     async def _end_run(self, run: _Run, status: str) -> None:
+        """Close the run's parts, mark where it stopped, store and publish its final status.
+        Each step may fail (a full disk): the run is forgotten and its status published
+        whatever the store took, so that the session never stays running."""
         sessionid = run.session["id"]
         closing = "aborted" if status == "aborted" else "error"
-        for open_part in self.recorder.open_parts(sessionid):
-            await self.recorder.close(open_part, closing)
-        if status in ("aborted", "error") and run.messageid:
-            # Where it stopped, and why, stay with the conversation (not only until the next run).
-            mark = {"ended": status} | ({"error": run.error} if status == "error" and run.error else {})
-            try:
-                await self.store.mark_run_end(sessionid, run.messageid, mark)
-            except Exception:  # the mark must not keep the run from ending
-                log.exception("the end of the run of session %s was not marked", sessionid)
         try:
-            await self._set_status(sessionid, status, run.error if status == "error" else None)
+            for open_part in self.recorder.open_parts(sessionid):
+                try:
+                    await self.recorder.close(open_part, closing)
+                except Exception as exc:  # close forgot it first: it is not tried again
+                    _log_end_failure(exc, f"a part of session {sessionid} was not closed")
+            if status in ("aborted", "error") and run.messageid:
+                # Where it stopped, and why, stay with the conversation (not only until the next run).
+                mark = {"ended": status} | ({"error": run.error} if status == "error" and run.error else {})
+                try:
+                    await self.store.mark_run_end(sessionid, run.messageid, mark)
+                except Exception as exc:  # the mark must not keep the run from ending
+                    _log_end_failure(exc, f"the end of the run of session {sessionid} was not marked")
+            error = run.error if status == "error" else None
+            try:
+                await self.store.set_session_status(sessionid, status, error)
+            except Exception as exc:  # Sessions reads a status no run holds as this error
+                _log_end_failure(exc, f"the status of session {sessionid} was not stored")
         finally:
             self._runs.pop(sessionid, None)
             self.subagents.forget(sessionid)
+            self.hub.publish(SessionStatus(sessionid, status))
 
     async def _steps(self, run: _Run) -> str:
         target = await self.providers.target(run.prompt.model)
@@ -416,6 +433,21 @@ class Runs:
         for open_part in parts.values():  # a model that calls a tool anyway: nothing runs
             open_part.data["error"] = "no tools while compacting"
             await self.recorder.close(open_part, "error")
+
+
+def _full_reason(exc: BaseException, store) -> str:
+    """The sentence of a write refused for want of space, naming the folder and what is left."""
+    if isinstance(exc, StorageFull):
+        return exc.errors[0][1]
+    folder = getattr(exc, "filename", None)
+    return StorageFull(os.path.dirname(folder) if isinstance(folder, str) else os.path.dirname(store.path)).errors[0][1]
+
+
+def _log_end_failure(exc: BaseException, what: str) -> None:
+    if out_of_space(exc):
+        log.warning("%s: the disk is full", what)  # one line: the store said why once
+    else:
+        log.exception(what)
 
 
 def _canonical(arguments: str) -> str:

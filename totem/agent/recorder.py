@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import out_of_space
 from ..events import PartClosed, PartCreated, PartDelta, PartUpdated
 from ..rows import PartRow
 from ..store import Store
@@ -169,7 +170,8 @@ class Recorder:
             return
         try:
             await self.store.append_part_texts([(open_part.id, text) for open_part, _, text in batch])
-        except Exception:
-            log.exception("flushing streamed text failed")
+        except Exception as exc:
+            if not out_of_space(exc):  # a full disk is logged once, by the store
+                log.exception("flushing streamed text failed")
             for open_part, _, _ in batch:
                 open_part.torn = True

@@ -35,6 +35,15 @@ class ToolError(Exception):
     """A failure the model can act on; str(exc) is the message it sees."""
 
 
+class NoSpace(ToolError):
+    """A write refused for want of space (ENOSPC, EDQUOT): nothing was changed, and the run
+    ends with the reason (more calls would fail the same way)."""
+
+    def __init__(self, message: str, folder: str):
+        super().__init__(message)
+        self.folder = folder
+
+
 class OutsideProject(ToolError):
     """A path of the call leads outside the project: denied in code, before any rule."""
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import overload
 
 from .. import boundary
-from . import ToolContext, ToolError, display_path, resolve_path
+from . import NoSpace, ToolContext, ToolError, display_path, resolve_path
 
 log = logging.getLogger("totem.tools")
 
@@ -270,7 +270,7 @@ def write_atomic(root: str, absolute: str, data: bytes, shown: str, *, mode: int
         _sync_folder(folder)
         return info is None
     except OSError as exc:
-        raise ToolError(f"cannot write {shown}: {_reason(exc)}") from None
+        raise _write_error(f"cannot write {shown}", exc, root, absolute) from None
     finally:
         if made:
             try:
@@ -291,7 +291,7 @@ def remove_file(root: str, absolute: str, shown: str) -> None:
         os.unlink(name, dir_fd=folder)
         _sync_folder(folder)
     except OSError as exc:
-        raise ToolError(f"cannot delete {shown}: {_reason(exc)}") from None
+        raise _write_error(f"cannot delete {shown}", exc, root, absolute) from None
     finally:
         os.close(folder)
 
@@ -385,7 +385,7 @@ def _open_folder(root: str, folder: str, shown: str, create: list[str] | None) -
         if exc.errno in (errno.ENOTDIR, errno.ELOOP):
             raise ToolError(f"cannot write {shown}: {display_path_of(root, walked)} is not a "
                             "folder (or became a symbolic link); nothing written") from None
-        raise ToolError(f"cannot write {shown}: {_reason(exc)}") from None
+        raise _write_error(f"cannot write {shown}", exc, root, walked) from None
     return current
 
 
@@ -404,6 +404,13 @@ def _sync_folder(folder: int) -> None:
         os.fsync(folder)
     except OSError:
         pass
+
+
+def _write_error(what: str, exc: OSError, root: str, path: str) -> ToolError:
+    """The ToolError of a failed write: NoSpace, naming the folder, when space ran out."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return NoSpace(f"{what}: no space is left on the disk of {root}; nothing was changed", os.path.dirname(path))
+    return ToolError(f"{what}: {_reason(exc)}")
 
 
 def _reason(exc: OSError) -> str:
