@@ -14,7 +14,7 @@ import time
 from typing import cast
 
 from ..httpd import large_json_response
-from ..sessions import DEFAULT_SESSION_NAME, DEFAULT_SESSION_PAGE, MODES, REASONING_LEVELS
+from ..sessions import DEFAULT_SESSION_NAME, DEFAULT_SESSION_PAGE, MESSAGE_PAGE_BYTES, MODES, REASONING_LEVELS
 from . import Action, success
 
 MAX_NAME_CHARS = 200
@@ -73,6 +73,9 @@ async def list_messages(ctx):
     before = params.text("before", max_chars=64)
     limit = params.integer("limit", 1, MAX_MESSAGE_PAGE, default=DEFAULT_MESSAGE_PAGE)
     params.done()
+    # The page's share of the send budget is taken before it is read: many clients asking at
+    # once wait for it (or get 503) instead of each holding a page being built.
+    await ctx.request.reserve(MESSAGE_PAGE_BYTES)
     return await large_json_response(await ctx.services.sessions.messages(ctx.id, before, limit),
                                      MESSAGE_PAGE_DEPTH)
 
