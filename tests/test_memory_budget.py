@@ -12,6 +12,7 @@ measures memory or time: the accounting shows through the answers and `budget.he
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 import unittest
@@ -22,7 +23,7 @@ from tests.test_http_bounds import SilentClient, add_message, until
 from tests.utils import MS, TotemCase, call, open_ws, read_answer, read_until_closed
 from totem.config import ConfigError, parse_values
 from totem.events import PartDelta
-from totem.httpd import RETRY_AFTER_S, SendBudget
+from totem.httpd import RETRY_AFTER_S, SendBudget, decode_json
 
 MB = 1024 * 1024
 # A message alone on its page, more than the kernel buffers of a silent client take (see
@@ -257,3 +258,36 @@ class BudgetConfigTest(unittest.TestCase):
         """Without the keys: 64 MB and 512 connections."""
         config = parse_values({}, "/tmp")
         self.assertEqual((config.sendbudgetmb, config.maxconnections), (64, 512))
+
+
+class ConsumedBodyTest(unittest.TestCase):
+    """decode_json(consume=True), as Request.json uses it: the pages of the long strings are
+    given back as they are decoded, with the same value and the same refusals as json.loads."""
+
+    def body(self, tail: bytes = b"") -> bytes:
+        text = base64.b64encode(bytes(range(256)) * (3 * MB // 256)).decode()
+        return json.dumps({"text": "x", "attachments": [{"name": "a", "data": text}]}).encode()[:-4] + tail + b'"}]}'
+
+    def outcome(self, decode):
+        try:
+            return "value", decode()
+        except json.JSONDecodeError as exc:
+            return "malformed", exc.msg
+        except UnicodeDecodeError:
+            return "not UTF-8", None
+
+    def test_consumed_body_decodes_as_json_loads(self):
+        """A 4 MB prompt body decoded in place gives json.loads's value; the string was released."""
+        raw = self.body()
+        body = bytearray(raw)
+        self.assertEqual(decode_json(body, consume=True), json.loads(raw))
+        self.assertIn(b"\x00" * 4096, body)  # its pages read as zeros now: given back
+
+    def test_consumed_body_refused_as_json_loads(self):
+        """A control character or bytes that are not UTF-8 late in a long string: the same
+        refusal as json.loads of the body as it came."""
+        for tail in (b"\x01", b"\xff", b"\xed\xa0"):
+            with self.subTest(tail=tail):
+                raw = self.body(tail)
+                self.assertEqual(self.outcome(lambda raw=raw: decode_json(bytearray(raw), consume=True)),
+                                 self.outcome(lambda raw=raw: json.loads(raw)))

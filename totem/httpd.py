@@ -222,6 +222,7 @@ class Request:
     _connection: _Connection | None = field(default=None, repr=False)
     _body: bytes | bytearray | None = field(default=None, repr=False)
     reserved: int = 0  # bytes of the send budget taken for the answer (`reserve`)
+    _parsed: bool = field(default=False, repr=False)
 
     def header(self, name: str) -> str | None:
         """The value of a header (case-insensitive), or None."""
@@ -244,19 +245,25 @@ class Request:
         return self._body
 
     async def json(self):
-        """The body parsed as JSON.
+        """The body parsed as JSON (once: the raw body is dropped after it).
 
         Raises UnsupportedMediaType (415, before the body is read) unless the request has one
         Content-Type of application/json (parameters such as charset allowed, any case), and
         BadRequest for an empty or malformed body or an object with a key given twice.
         """
         check_json_type(self.headers)
+        if self._parsed:
+            raise RuntimeError("the body was parsed already")
         body = await self.read_body()
+        self._parsed = True
         if not body:
             raise BadRequest(("body", "a JSON object is required"))
+        # The raw body is let go once parsed (read_body gives b"" after): a 20 MB prompt would
+        # otherwise be held twice, as bytes and as text, until its answer is written.
+        self._body = b""
         try:
             if len(body) > THREAD_DECODE_BYTES:
-                return await asyncio.to_thread(decode_json, body)
+                return await asyncio.to_thread(decode_json, body, True)
             return decode_json(body)
         except DuplicateKeyError as exc:
             raise BadRequest(("body", f"duplicate key {_quoted(exc.key)}")) from None
@@ -305,7 +312,7 @@ class DuplicateKeyError(ValueError):
         self.key = key
 
 
-def decode_json(body: bytes | bytearray):
+def decode_json(body: bytes | bytearray, consume: bool = False):
     """Parse a JSON body, refusing an object that names a key twice.
 
     A body above THREAD_DECODE_BYTES whose bulk is long strings (base64 attachments) has those
@@ -313,9 +320,11 @@ def decode_json(body: bytes | bytearray):
     as one json.loads, which would hold the interpreter for the whole scan.
 
     Raises DuplicateKeyError, ValueError (malformed, not UTF-8, a number too long) and
-    RecursionError (nested too deeply)."""
+    RecursionError (nested too deeply). With `consume`, a bytearray body is used up: the pages
+    of its long strings are given back to the system as they are decoded (see _PageRelease), and
+    what they held must not be read again."""
     if len(body) > THREAD_DECODE_BYTES:
-        value = _decode_long_strings(body)
+        value = _decode_long_strings(body, release=_PageRelease(body) if consume else None)
         if value is not _NOT_SPLIT:
             return value
     return json.loads(body, object_pairs_hook=_unique_keys)
@@ -328,7 +337,8 @@ _JSON_SPACE = re.compile(rb"[ \t\n\r]*")
 _OTHER_ENCODINGS = (codecs.BOM_UTF8, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
 
 
-def _decode_long_strings(body: bytes | bytearray, long_bytes: int = LONG_STRING_BYTES, step: int = DECODE_STEP_BYTES):
+def _decode_long_strings(body: bytes | bytearray, long_bytes: int = LONG_STRING_BYTES, step: int = DECODE_STEP_BYTES,
+                         release: _PageRelease | None = None):
     """json.loads of a body with long string values, each decoded `step` bytes at a time, so
     that no single call holds the interpreter for long; _NOT_SPLIT when the body is not of that
     kind (or not UTF-8, or has a problem in a long string), for json.loads to decode or refuse.
@@ -365,7 +375,7 @@ def _decode_long_strings(body: bytes | bytearray, long_bytes: int = LONG_STRING_
     skeleton_bytes = len(body) - sum(end - start for start, end in spans)
     if not spans or skeleton_bytes > MAX_SKELETON_BYTES:
         return _NOT_SPLIT
-    strings = [_decode_span(body, start, end, step) for start, end in spans]
+    strings = [_decode_span(body, start, end, step, release) for start, end in spans]
     if any(text is None for text in strings):
         return _NOT_SPLIT
     marker = "\x00" + secrets.token_hex(16) + ":"
@@ -391,7 +401,57 @@ def _decode_long_strings(body: bytes | bytearray, long_bytes: int = LONG_STRING_
     return value
 
 
-def _decode_span(body: bytes | bytearray, start: int, end: int, step: int) -> str | None:
+class _PageRelease:
+    """Gives back to the system the memory pages wholly inside a part of a bytearray that has
+    been read for the last time (madvise MADV_DONTNEED: the pages read as zeros afterwards), so
+    that a 20 MB body is not held beside the 20 MB of text decoded from it. Only whole pages
+    strictly inside the buffer are touched; where madvise is unavailable it does nothing.
+
+    A long string whose decoding fails makes decode_json fall back to json.loads of the whole
+    body: the zeros it then meets in strings already released are control characters, which
+    json.loads refuses with the same message as the control character or the bytes that made
+    the string fail (a body that is not UTF-8 is refused before any parsing)."""
+
+    def __init__(self, body: bytes | bytearray) -> None:
+        self._address = 0
+        self._size = len(body)
+        madvise = _madvise()
+        if madvise is None or not isinstance(body, bytearray) or not body:
+            return
+        view = (ctypes.c_char * len(body)).from_buffer(body)
+        self._address = ctypes.addressof(view)
+        del view  # the address stays valid: the body is not resized while it is decoded
+        self._madvise = madvise
+
+    def release(self, start: int, end: int) -> None:
+        """The bytes [start, end) of the body will not be read again."""
+        if not self._address:
+            return
+        first = -(-(self._address + start) // _PAGE_BYTES) * _PAGE_BYTES
+        last = (self._address + min(end, self._size)) // _PAGE_BYTES * _PAGE_BYTES
+        if last > first and self._madvise(first, last - first, _MADV_DONTNEED) != 0:
+            self._address = 0  # refused: keep the rest
+
+
+_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_MADV_DONTNEED = 4  # Linux's value
+
+
+@functools.cache
+def _madvise():
+    if os.uname().sysname != "Linux":
+        return None
+    try:
+        madvise = ctypes.CDLL(None, use_errno=True).madvise
+    except (AttributeError, OSError):
+        return None
+    madvise.argtypes = [ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int]
+    madvise.restype = ctypes.c_int
+    return madvise
+
+
+def _decode_span(body: bytes | bytearray, start: int, end: int, step: int,
+                 release: _PageRelease | None = None) -> str | None:
     """The text of body[start:end] as json.loads would decode it (UTF-8, surrogates allowed),
     `step` bytes at a time; None when it holds a control character or is not UTF-8."""
     decoder = codecs.getincrementaldecoder("utf-8")("surrogatepass")
@@ -407,6 +467,8 @@ def _decode_span(body: bytes | bytearray, start: int, end: int, step: int) -> st
             text += decoder.decode(chunk, offset + step >= end)
         except UnicodeDecodeError:
             return None
+        if release is not None:
+            release.release(start, min(offset + step, end))
         time.sleep(0)  # hand the interpreter to the event loop if it waits for it
     return text
 
