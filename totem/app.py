@@ -65,7 +65,7 @@ class App:
         self.perimeter = Perimeter(config, self.store)
         self.router = Router(self, static_dir)
         self.http = HttpServer(self.router.handle, config.headtimeout, config.bodytimeout, config.keepalive,
-                               config.writetimeout)
+                               config.writetimeout, config.sendbudgetmb * 1024 * 1024, config.maxconnections)
         self._core: Core | None = None
         self._building: asyncio.Future | None = None
 

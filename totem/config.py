@@ -183,6 +183,10 @@ KEYS = (
     Key("wsqueue", _int_range(16, 1_000_000), "4096"),
     Key("wsqueuebytes", _int_range(65_536, 1 << 30), str(8 << 20)),
     Key("wsping", _int_range(1, 3600), "20"),
+    # What waits to be sent, all connections together (httpd.SendBudget), and how many
+    # connections are served at once.
+    Key("sendbudgetmb", _int_range(1, 1 << 16), "64"),
+    Key("maxconnections", _int_range(1, 100_000), "512"),
     Key("steps", _int_range(1, 1000), "50"),
     Key("snapshotmb", _int_range(16, 1 << 20), "1024"),
     # The kernel sandbox of the agent's processes (sandbox.py): auto, required or off; the
@@ -224,6 +228,8 @@ class Config:
     wsqueue: int
     wsqueuebytes: int
     wsping: int
+    sendbudgetmb: int
+    maxconnections: int
     steps: int
     snapshotmb: int
     sandbox: str

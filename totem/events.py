@@ -7,7 +7,9 @@ subscribers, in order) and the catch-up a new subscriber gets. It imports neithe
 WebSocket transport nor the agent; two small seams stand for them:
 
 - `Subscriber`: one connection as the hub sees it (`websocket.Connection` is one): it takes
-  encoded frames without blocking, bounds its own queue and closes itself when it cannot keep up.
+  encoded frames without blocking, bounds its own queue and closes itself when it cannot keep up;
+  its `backlog` says how far behind it is, for a producer that can wait (the terminal:
+  `Hub.backlog`).
 - `Replay`: what the rest of Totem tells the hub when a connection subscribes (whether the
   session exists, the parts still open with their text so far, the questions that wait); the
   composition root implements it over the store and the runs, where questions are held.
@@ -284,6 +286,10 @@ class Subscriber(Protocol):
     def close(self, code: int, reason: str) -> None:
         """Start closing with a WebSocket close code."""
 
+    @property
+    def backlog(self) -> int:
+        """The bytes sent to it that the client has not taken yet."""
+
     async def wait_closed(self) -> None:
         """Return once the connection is gone."""
 
@@ -338,6 +344,12 @@ class Hub:
         frame = encode(event)
         for client in clients:
             client.send(frame)
+
+    def backlog(self, sessionid: str) -> int:
+        """The largest backlog among the connections that follow the session (0 for none): a
+        producer that can wait, the terminal, waits while it is high rather than have its
+        slowest viewer dropped."""
+        return max((getattr(client, "backlog", 0) for client in self._followers.get(sessionid, ())), default=0)
 
     def catch_up(self, sessionid: str) -> list[bytes]:
         """What a new subscriber gets first: the parts still open (as part.created with their text

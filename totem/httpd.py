@@ -11,12 +11,21 @@ Memory stays bounded against any client (issue 11): a big JSON body is decoded o
 answer is written in pieces with a write timeout (a client that stops reading is cut off and its
 buffered bytes dropped), and after a large body or answer the freed memory is handed back to the
 operating system where the C library allows it.
+
+Memory stays bounded against many clients too: what waits to be sent, HTTP answers and the
+WebSocket queues of every connection together, is held within one `SendBudget` (config key
+sendbudgetmb). A large answer takes its share before it is written and gives it back piece by
+piece as the client takes it; one that does not fit waits a moment for it (an action that knows
+its answer will be large reserves before building it: `Request.reserve`), then is refused with
+503 and Retry-After. At most `maxconnections` connections are served at once; past that, a new
+one gets a 503 at once and is closed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import codecs
+import contextlib
 import ctypes
 import functools
 import json
@@ -26,6 +35,7 @@ import os
 import re
 import secrets
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from email.utils import formatdate
 from http import HTTPStatus
@@ -55,6 +65,22 @@ MAX_SCANNED_STRINGS = 20_000
 MAX_SKELETON_BYTES = 2 * 1024 * 1024
 # After a body or an answer of this size the freed memory is given back (malloc_trim).
 TRIM_AFTER_BYTES = 1024 * 1024
+# Blocks of this size or more are mapped on their own (glibc's M_MMAP_THRESHOLD): freeing one
+# gives it back to the system at once. glibc would otherwise raise its threshold after the first
+# large free, so that 200 answers of 4 MB left 650 MB in its heap after they were sent.
+MMAP_THRESHOLD_BYTES = 1024 * 1024
+# The budget of what waits to be sent (config key sendbudgetmb): an answer up to this size goes
+# without it (bounded by maxconnections); a larger one waits at most BUDGET_WAIT_S for its share,
+# then is refused with 503 and Retry-After: RETRY_AFTER_S.
+SEND_BUDGET_MB = 64
+FREE_ANSWER_BYTES = 64 * 1024
+BUDGET_WAIT_S = 1.0
+RETRY_AFTER_S = 2
+MAX_CONNECTIONS = 512  # the default of the config key maxconnections
+# A connection refused past maxconnections: how long, and how much of its request, is read and
+# dropped after the 503, so that closing does not reset the connection before the 503 is read.
+REFUSED_LINGER_S = 1.0
+REFUSED_LINGER_BYTES = 64 * 1024
 # The only type of a request body (DESIGN.md: `+` actions take a JSON body). Requiring it also
 # means a cross-origin form (text/plain, form-urlencoded) never reaches an action's parser.
 JSON_MEDIA_TYPE = "application/json"
@@ -98,6 +124,88 @@ class HttpError(Exception):
         self.reason = reason
 
 
+class BudgetExceeded(ApiError):
+    """The answer cannot be sent now: what waits to be sent already takes the send budget."""
+
+    status = 503
+
+    def __init__(self) -> None:
+        super().__init__(("", "the server is busy sending other answers; try again shortly"),
+                         headers={"Retry-After": str(RETRY_AFTER_S)})
+
+
+class SendBudget:
+    """The bytes that wait to be sent, all connections together, held within `limit`.
+
+    A share is taken before the bytes are handed to a connection and given back once the
+    client has taken them. A share that does not fit is refused, except when nothing else is
+    held (one answer larger than the whole budget still goes, alone). Waiters are served in
+    order. Loop-only: not thread-safe."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+        self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
+
+    def _fits(self, size: int, own: int) -> bool:
+        return self.held + size <= self.limit or self.held == own
+
+    def take_now(self, size: int, own: int = 0) -> bool:
+        """Take `size` bytes if they fit now (`own`: what the caller holds already, which does
+        not count as someone else's when the budget is full); whether they were taken."""
+        if not self._fits(size, own):
+            return False
+        self.held += size
+        return True
+
+    def force(self, size: int) -> None:
+        """Take `size` bytes whatever is held (a connection's one frame beyond the budget)."""
+        self.held += size
+
+    async def take(self, size: int, timeout: float) -> bool:
+        """Take `size` bytes, waiting at most `timeout` seconds for them; whether they were
+        taken. Cancelled, it takes nothing."""
+        if not self._waiters and self.take_now(size):
+            return True
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (size, waiter)
+        self._waiters.append(entry)
+        try:
+            async with asyncio.timeout(timeout):
+                await asyncio.shield(waiter)
+        except TimeoutError:
+            pass
+        except asyncio.CancelledError:
+            self._abandon(entry)
+            raise
+        if waiter.done():  # given, perhaps just as the time ran out
+            return True
+        self._abandon(entry)
+        return False
+
+    def _abandon(self, entry: tuple[int, asyncio.Future[None]]) -> None:
+        size, waiter = entry
+        if waiter.done():
+            self.give(size)
+        else:
+            self._waiters.remove(entry)
+            waiter.cancel()
+            self._wake()
+
+    def give(self, size: int) -> None:
+        """Give back `size` bytes taken before."""
+        self.held -= size
+        if self.held < 0:
+            raise RuntimeError("more was given back to the send budget than was taken")
+        self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters and self._fits(self._waiters[0][0], 0):
+            size, waiter = self._waiters.popleft()
+            self.held += size
+            waiter.set_result(None)
+
+
 @dataclass
 class Request:
     """One parsed request. The body is read on demand with `read_body()`."""
@@ -113,6 +221,8 @@ class Request:
     raw_head: bytes = field(default=b"", repr=False)
     _connection: _Connection | None = field(default=None, repr=False)
     _body: bytes | bytearray | None = field(default=None, repr=False)
+    reserved: int = 0  # bytes of the send budget taken for the answer (`reserve`)
+    _parsed: bool = field(default=False, repr=False)
 
     def header(self, name: str) -> str | None:
         """The value of a header (case-insensitive), or None."""
@@ -135,19 +245,25 @@ class Request:
         return self._body
 
     async def json(self):
-        """The body parsed as JSON.
+        """The body parsed as JSON (once: the raw body is dropped after it).
 
         Raises UnsupportedMediaType (415, before the body is read) unless the request has one
         Content-Type of application/json (parameters such as charset allowed, any case), and
         BadRequest for an empty or malformed body or an object with a key given twice.
         """
         check_json_type(self.headers)
+        if self._parsed:
+            raise RuntimeError("the body was parsed already")
         body = await self.read_body()
+        self._parsed = True
         if not body:
             raise BadRequest(("body", "a JSON object is required"))
+        # The raw body is let go once parsed (read_body gives b"" after): a 20 MB prompt would
+        # otherwise be held twice, as bytes and as text, until its answer is written.
+        self._body = b""
         try:
             if len(body) > THREAD_DECODE_BYTES:
-                return await asyncio.to_thread(decode_json, body)
+                return await asyncio.to_thread(decode_json, body, True)
             return decode_json(body)
         except DuplicateKeyError as exc:
             raise BadRequest(("body", f"duplicate key {_quoted(exc.key)}")) from None
@@ -161,6 +277,18 @@ class Request:
             else:
                 reason = getattr(exc, "msg", None) or "a number too long"
             raise BadRequest(("body", f"malformed JSON: {reason}")) from None
+
+    async def reserve(self, size: int) -> None:
+        """Take `size` bytes of the send budget for the answer before building it (a page that
+        may be large), waiting at most BUDGET_WAIT_S for them; the server gives them back once
+        the answer is sent (what it turns out not to need, before). Nothing is taken for a
+        request without a connection. Raises BudgetExceeded (503, Retry-After)."""
+        connection = self._connection
+        if connection is None or size <= 0:
+            return
+        if not await connection.budget.take(size, BUDGET_WAIT_S):
+            raise BudgetExceeded()
+        self.reserved += size
 
     def detach(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bytes]:
         """Take the connection over (a WebSocket): its streams and the bytes already read."""
@@ -184,7 +312,7 @@ class DuplicateKeyError(ValueError):
         self.key = key
 
 
-def decode_json(body: bytes | bytearray):
+def decode_json(body: bytes | bytearray, consume: bool = False):
     """Parse a JSON body, refusing an object that names a key twice.
 
     A body above THREAD_DECODE_BYTES whose bulk is long strings (base64 attachments) has those
@@ -192,9 +320,11 @@ def decode_json(body: bytes | bytearray):
     as one json.loads, which would hold the interpreter for the whole scan.
 
     Raises DuplicateKeyError, ValueError (malformed, not UTF-8, a number too long) and
-    RecursionError (nested too deeply)."""
+    RecursionError (nested too deeply). With `consume`, a bytearray body is used up: the pages
+    of its long strings are given back to the system as they are decoded (see _PageRelease), and
+    what they held must not be read again."""
     if len(body) > THREAD_DECODE_BYTES:
-        value = _decode_long_strings(body)
+        value = _decode_long_strings(body, release=_PageRelease(body) if consume else None)
         if value is not _NOT_SPLIT:
             return value
     return json.loads(body, object_pairs_hook=_unique_keys)
@@ -207,7 +337,8 @@ _JSON_SPACE = re.compile(rb"[ \t\n\r]*")
 _OTHER_ENCODINGS = (codecs.BOM_UTF8, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
 
 
-def _decode_long_strings(body: bytes | bytearray, long_bytes: int = LONG_STRING_BYTES, step: int = DECODE_STEP_BYTES):
+def _decode_long_strings(body: bytes | bytearray, long_bytes: int = LONG_STRING_BYTES, step: int = DECODE_STEP_BYTES,
+                         release: _PageRelease | None = None):
     """json.loads of a body with long string values, each decoded `step` bytes at a time, so
     that no single call holds the interpreter for long; _NOT_SPLIT when the body is not of that
     kind (or not UTF-8, or has a problem in a long string), for json.loads to decode or refuse.
@@ -244,7 +375,7 @@ def _decode_long_strings(body: bytes | bytearray, long_bytes: int = LONG_STRING_
     skeleton_bytes = len(body) - sum(end - start for start, end in spans)
     if not spans or skeleton_bytes > MAX_SKELETON_BYTES:
         return _NOT_SPLIT
-    strings = [_decode_span(body, start, end, step) for start, end in spans]
+    strings = [_decode_span(body, start, end, step, release) for start, end in spans]
     if any(text is None for text in strings):
         return _NOT_SPLIT
     marker = "\x00" + secrets.token_hex(16) + ":"
@@ -270,7 +401,57 @@ def _decode_long_strings(body: bytes | bytearray, long_bytes: int = LONG_STRING_
     return value
 
 
-def _decode_span(body: bytes | bytearray, start: int, end: int, step: int) -> str | None:
+class _PageRelease:
+    """Gives back to the system the memory pages wholly inside a part of a bytearray that has
+    been read for the last time (madvise MADV_DONTNEED: the pages read as zeros afterwards), so
+    that a 20 MB body is not held beside the 20 MB of text decoded from it. Only whole pages
+    strictly inside the buffer are touched; where madvise is unavailable it does nothing.
+
+    A long string whose decoding fails makes decode_json fall back to json.loads of the whole
+    body: the zeros it then meets in strings already released are control characters, which
+    json.loads refuses with the same message as the control character or the bytes that made
+    the string fail (a body that is not UTF-8 is refused before any parsing)."""
+
+    def __init__(self, body: bytes | bytearray) -> None:
+        self._address = 0
+        self._size = len(body)
+        madvise = _madvise()
+        if madvise is None or not isinstance(body, bytearray) or not body:
+            return
+        view = (ctypes.c_char * len(body)).from_buffer(body)
+        self._address = ctypes.addressof(view)
+        del view  # the address stays valid: the body is not resized while it is decoded
+        self._madvise = madvise
+
+    def release(self, start: int, end: int) -> None:
+        """The bytes [start, end) of the body will not be read again."""
+        if not self._address:
+            return
+        first = -(-(self._address + start) // _PAGE_BYTES) * _PAGE_BYTES
+        last = (self._address + min(end, self._size)) // _PAGE_BYTES * _PAGE_BYTES
+        if last > first and self._madvise(first, last - first, _MADV_DONTNEED) != 0:
+            self._address = 0  # refused: keep the rest
+
+
+_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_MADV_DONTNEED = 4  # Linux's value
+
+
+@functools.cache
+def _madvise():
+    if os.uname().sysname != "Linux":
+        return None
+    try:
+        madvise = ctypes.CDLL(None, use_errno=True).madvise
+    except (AttributeError, OSError):
+        return None
+    madvise.argtypes = [ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int]
+    madvise.restype = ctypes.c_int
+    return madvise
+
+
+def _decode_span(body: bytes | bytearray, start: int, end: int, step: int,
+                 release: _PageRelease | None = None) -> str | None:
     """The text of body[start:end] as json.loads would decode it (UTF-8, surrogates allowed),
     `step` bytes at a time; None when it holds a control character or is not UTF-8."""
     decoder = codecs.getincrementaldecoder("utf-8")("surrogatepass")
@@ -286,6 +467,8 @@ def _decode_span(body: bytes | bytearray, start: int, end: int, step: int) -> st
             text += decoder.decode(chunk, offset + step >= end)
         except UnicodeDecodeError:
             return None
+        if release is not None:
+            release.release(start, min(offset + step, end))
         time.sleep(0)  # hand the interpreter to the event loop if it waits for it
     return text
 
@@ -430,9 +613,11 @@ class _Connection:
     """The read side of one client connection, with a buffer that survives between requests."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, head_timeout: float,
-                 body_timeout: float, idle_timeout: float):
+                 body_timeout: float, idle_timeout: float, budget: SendBudget):
         self.reader = reader
         self.writer = writer
+        self.budget = budget
+        self.large = False  # a large body or answer is being handled: memory to release after it
         self.buffer = bytearray()
         self.head_timeout = head_timeout
         self.body_timeout = body_timeout
@@ -591,11 +776,12 @@ def encode_head(response: Response, close: bool) -> bytes:
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
-def write_chunks(pieces: list[bytes]):
+def write_chunks(pieces: list[bytes] | deque[bytes]):
     """The pieces of a body regrouped for writing: small ones joined, large ones cut, each at
-    most WRITE_CHUNK_BYTES. A chunk once given out is never changed (the transport may keep it)."""
+    most WRITE_CHUNK_BYTES. A chunk once given out is never changed (the transport may keep it).
+    A deque is emptied as it goes, so that each piece is let go once it is written."""
     pending = bytearray()
-    for piece in pieces:
+    for piece in _taken(pieces):
         if len(pending) + len(piece) <= WRITE_CHUNK_BYTES:
             pending += piece
             continue
@@ -603,14 +789,24 @@ def write_chunks(pieces: list[bytes]):
             yield pending
             pending = bytearray()
         view = memoryview(piece)
+        del piece
         for start in range(0, len(view), WRITE_CHUNK_BYTES):
             chunk = view[start:start + WRITE_CHUNK_BYTES]
             if len(chunk) < WRITE_CHUNK_BYTES:
                 pending += chunk
             else:
                 yield chunk
+        del view, chunk
     if pending:
         yield pending
+
+
+def _taken(pieces: list[bytes] | deque[bytes]):
+    if isinstance(pieces, deque):
+        while pieces:
+            yield pieces.popleft()
+    else:
+        yield from pieces
 
 
 @functools.cache
@@ -626,6 +822,26 @@ def _malloc_trim():
     trim.argtypes = [ctypes.c_size_t]
     trim.restype = ctypes.c_int
     return trim
+
+
+@functools.cache
+def tune_allocator() -> bool:
+    """Have glibc map every block of MMAP_THRESHOLD_BYTES or more on its own, so that a large
+    answer or body gives its memory back to the system as soon as it is freed (setting the
+    threshold also stops glibc from raising it after a large free). Once per process; returns
+    whether it could (False elsewhere than glibc, where it does nothing). Raises nothing."""
+    if _malloc_trim() is None:
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (AttributeError, OSError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
+
+
+_M_MMAP_THRESHOLD = -3  # glibc's malloc.h
 
 
 def release_memory() -> bool:
@@ -644,20 +860,29 @@ class _WriteTimeout(Exception):
 
 
 class HttpServer:
-    """Serves connections with `handler(request) -> Response | None` (None: taken over)."""
+    """Serves connections with `handler(request) -> Response | None` (None: taken over).
+
+    `send_budget` bytes at most wait to be sent, all connections together (`budget`, shared
+    with the WebSocket connections); at most `max_connections` are served at once."""
 
     def __init__(self, handler, head_timeout: float, body_timeout: float, idle_timeout: float,
-                 write_timeout: float = WRITE_TIMEOUT_SECONDS):
+                 write_timeout: float = WRITE_TIMEOUT_SECONDS, send_budget: int = SEND_BUDGET_MB * 1024 * 1024,
+                 max_connections: int = MAX_CONNECTIONS):
         self.handler = handler
         self.head_timeout = head_timeout
         self.body_timeout = body_timeout
         self.idle_timeout = idle_timeout
         self.write_timeout = write_timeout
+        self.budget = SendBudget(send_budget)
+        self.max_connections = max_connections
+        self.refused = 0  # connections refused past max_connections, since the start
         self.server: asyncio.base_events.Server | None = None
         self._tasks: set[asyncio.Task] = set()
+        self._lingering: set[asyncio.Task] = set()  # refused connections, read and dropped
         self._releasing = False  # one release_memory at a time: it frees what all freed before
 
     async def start(self, host: str, port: int) -> None:
+        tune_allocator()
         self.server = await asyncio.start_server(self._accept, host, port, limit=MAX_HEAD_BYTES * 2)
 
     @property
@@ -668,26 +893,35 @@ class HttpServer:
 
     @property
     def connections(self) -> int:
-        """The connections being served now (a WebSocket once taken over is not counted)."""
+        """The connections being served now, WebSockets included."""
         return len(self._tasks)
 
     async def stop(self) -> None:
         if self.server is not None:
             self.server.close()
-        for task in list(self._tasks):
+        for task in list(self._tasks | self._lingering):
             task.cancel()
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._tasks or self._lingering:
+            await asyncio.gather(*self._tasks, *self._lingering, return_exceptions=True)
         if self.server is not None:
             await self.server.wait_closed()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None  # a connection is always served by its own task
+        if len(self._tasks) >= self.max_connections:
+            self._lingering.add(task)
+            try:
+                await self._refuse(reader, writer)
+            finally:
+                self._lingering.discard(task)
+            return
         self._tasks.add(task)
         drop = False  # close at once, dropping what the transport still holds
+        connection = _Connection(reader, writer, self.head_timeout, self.body_timeout, self.idle_timeout,
+                                 self.budget)
         try:
-            taken = await self._serve(reader, writer)
+            taken = await self._serve(connection)
         except _WriteTimeout:
             peer = writer.get_extra_info("peername")
             log.info("closed the connection of %s: an answer was not read within %s s",
@@ -710,11 +944,47 @@ class HttpServer:
                 await writer.wait_closed()
             except (ConnectionError, asyncio.CancelledError):
                 pass
+        if connection.large:  # cut off in the middle of a large answer, or after one
+            await self._release()
 
-    async def _serve(self, reader, writer) -> bool:
+    async def _release(self) -> None:
+        if not self._releasing:
+            self._releasing = True
+            try:
+                await asyncio.to_thread(release_memory)
+            finally:
+                self._releasing = False
+
+    async def _refuse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Answer a connection past max_connections with 503 before reading its request, then
+        read and drop what it sends for a moment: closing a socket with unread bytes resets the
+        connection, and the client might lose the 503 with it."""
+        self.refused += 1
+        if self.refused == 1 or self.refused % 1000 == 0:
+            log.warning("refused a connection: %d are served at once, the most allowed (maxconnections); "
+                        "%d refused so far", self.max_connections, self.refused)
+        refusal = Response(503, error_body([("", f"the server serves at most {self.max_connections} "
+                                                 "connections at once; try again shortly")]),
+                           JSON_CONTENT_TYPE, [("Retry-After", str(RETRY_AFTER_S))], close=True)
+        try:
+            writer.write(encode_head(refusal, True) + b"".join(refusal.pieces()))
+            if writer.can_write_eof():
+                writer.write_eof()
+            async with asyncio.timeout(REFUSED_LINGER_S):
+                dropped = 0
+                while dropped < REFUSED_LINGER_BYTES and (data := await reader.read(READ_CHUNK_BYTES)):
+                    dropped += len(data)
+        except (TimeoutError, ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError, asyncio.CancelledError):
+                await writer.wait_closed()
+
+    async def _serve(self, connection: _Connection) -> bool:
+        writer = connection.writer
         peer = writer.get_extra_info("peername")
         client = peer[0] if peer else ""
-        connection = _Connection(reader, writer, self.head_timeout, self.body_timeout, self.idle_timeout)
         while True:
             request = None
             try:
@@ -725,38 +995,72 @@ class HttpServer:
                 request._connection = connection
                 response = await self._answer(request)
             except HttpError as exc:
+                if request is not None:
+                    self.budget.give(request.reserved)
                 await self._write(writer, plain_error(exc.status, exc.reason), False, True)
                 return False
+            except BaseException:
+                if request is not None:
+                    self.budget.give(request.reserved)
+                raise
             if response is None:
+                self.budget.give(request.reserved)
                 return True
             close = response.close or wants_close(request) or not request.body_consumed
-            large = max(request.content_length, response.length) >= TRIM_AFTER_BYTES
-            await self._write(writer, response, request.method == "HEAD", close)
-            request = response = None  # the body and the answer are freed before the next request
-            if large and not self._releasing:
-                self._releasing = True
-                try:
-                    await asyncio.to_thread(release_memory)
-                finally:
-                    self._releasing = False
+            connection.large = large = max(request.content_length, response.length) >= TRIM_AFTER_BYTES
+            head_only = request.method == "HEAD"
+            share = self._share(request.reserved, 0 if head_only else response.length)
+            if share is None:
+                self.budget.give(request.reserved)
+                response = error_response(BudgetExceeded())
+                share = 0
+            request = None  # the body is freed before the answer is written
+            try:
+                await self._write(writer, response, head_only, close, share)
+            finally:
+                response = None  # the answer is freed before the next request
+            if large:
+                await self._release()
+                connection.large = False
             if close:
                 return False
 
+    def _share(self, reserved: int, length: int) -> int | None:
+        """The share of the send budget that an answer of `length` bytes holds while it is
+        written, `reserved` being taken already: None when it needs more and that does not fit."""
+        needed = length if length > FREE_ANSWER_BYTES else 0
+        if needed < reserved:
+            self.budget.give(reserved - needed)
+        elif needed > reserved and not self.budget.take_now(needed - reserved, own=reserved):
+            return None
+        return needed
+
     async def _write(self, writer: asyncio.StreamWriter, response: Response, head_only: bool,
-                     close: bool) -> None:
+                     close: bool, share: int = 0) -> None:
         """Write an answer without copying its body whole: a small one at once, a large one in
-        chunks, each handed over only when the client has taken most of the one before.
+        chunks, each handed over only when the client has taken most of the one before; each
+        piece is let go, and its part of `share` (of the send budget) given back, once it is.
 
         Raises _WriteTimeout when the client leaves a chunk unread for write_timeout seconds."""
-        head = encode_head(response, close)
-        if head_only or response.length <= WRITE_CHUNK_BYTES:
-            writer.write(head if head_only else head + b"".join(response.pieces()))
-            await self._drain(writer)
-            return
-        writer.write(head)
-        for chunk in write_chunks(response.pieces()):
-            writer.write(chunk)
-            await self._drain(writer)
+        try:
+            head = encode_head(response, close)
+            if head_only or response.length <= WRITE_CHUNK_BYTES:
+                writer.write(head if head_only else head + b"".join(response.pieces()))
+                await self._drain(writer)
+                return
+            pieces = deque(response.pieces())
+            response.body = b""  # the pieces are let go as they are written
+            writer.write(head)
+            for chunk in write_chunks(pieces):
+                size = len(chunk)
+                writer.write(chunk)
+                del chunk
+                await self._drain(writer)
+                given = min(size, share)
+                self.budget.give(given)
+                share -= given
+        finally:
+            self.budget.give(share)
 
     async def _drain(self, writer: asyncio.StreamWriter) -> None:
         try:

@@ -104,7 +104,8 @@ class Router:
         limits = Limits(config.wsqueue, config.wsqueuebytes, config.wsping)
         if self._frames is None:
             self._frames = TextFrames()  # one for every connection: an event is framed once
-        await serve(self.app.hub, limits, request, reader, writer, leftover, SECURITY_HEADERS, self._frames)
+        await serve(self.app.hub, limits, request, reader, writer, leftover, SECURITY_HEADERS, self._frames,
+                    self.app.http.budget)
         return None
 
     async def _page(self, request) -> Response:

@@ -5,10 +5,17 @@ the runner on a pty in the session's folder, with the agent's minimal environmen
 `TERM=xterm-256color`: no key, token or setting of the server. Its output is read with
 `loop.add_reader` (the pty is non-blocking; nothing waits on the loop), decoded, scrubbed like
 tool output (a secret split across reads, or broken by colour codes, is still caught), kept as a
-bounded scrollback and published as `terminal.output` at most once per BATCH_S per session, in
-order. When more than MAX_PENDING_CHARS wait to be sent, reading pauses until they went: a
-flood (`yes`) is slowed to what the clients take, never held in memory. `terminal.exit` says
-how the shell ended.
+bounded scrollback and published as `terminal.output`, in order. `terminal.exit` says how the
+shell ended.
+
+A flood (`yes`) never drops the person's view and never starves the other sessions: output is
+published in batches of at most MAX_BATCH_CHARS, one per BATCH_S (scrubbing and encoding one
+takes about a millisecond, so the loop is never held for long), and only while the slowest
+client that follows the session has less than MAX_INFLIGHT_BYTES sent and not taken
+(`Hub.backlog`); meanwhile what was read waits, and past MAX_PENDING_CHARS the pty is not read
+at all, so the shell's own writes block: the flood runs at the pace of the slowest viewer, and
+nothing is lost on the way. The scrollback (what a reattach gets) keeps the last
+SCROLLBACK_CHARS; once it has dropped older output it starts with DROPPED_MARKER.
 
 Input is written as the person typed it, bounded, and buffered (bounded too) when the shell
 does not read. Stopping hangs up the shell's process group, then kills what is left; a shell
@@ -34,9 +41,12 @@ from .events import TerminalExit, TerminalOutput
 from .vault import ScrubStream
 
 SCROLLBACK_CHARS = 256 * 1024
-BATCH_S = 0.005
-READ_BYTES = 64 * 1024
-MAX_PENDING_CHARS = 1024 * 1024
+DROPPED_MARKER = "[earlier output was dropped from the scrollback]\r\n"
+BATCH_S = 0.005  # output is gathered this long before it is sent, and the viewers looked at as often
+READ_BYTES = 64 * 1024  # one read per loop turn
+MAX_BATCH_CHARS = 64 * 1024  # published per BATCH_S at most (one terminal.output)
+MAX_PENDING_CHARS = 256 * 1024  # read and not published: past it the pty is not read
+MAX_INFLIGHT_BYTES = 256 * 1024  # sent to the slowest viewer and not taken: past it nothing is published
 MAX_INPUT_BYTES = 64 * 1024
 MAX_UNWRITTEN_BYTES = 1024 * 1024
 MIN_COLUMNS, MAX_COLUMNS = 2, 1000
@@ -76,10 +86,11 @@ class _Shell:
         default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))
     scrollback: deque[str] = field(default_factory=deque)
     kept: int = 0  # characters in the scrollback
-    pending: list[str] = field(default_factory=list)
+    dropped: bool = False  # the scrollback has lost its beginning
+    pending: deque[str] = field(default_factory=deque)
     pending_chars: int = 0
     unwritten: bytearray = field(default_factory=bytearray)
-    flush: asyncio.TimerHandle | None = None
+    flush: asyncio.TimerHandle | None = None  # the next _send
     reading: bool = False
     writing: bool = False
     status: str = "running"  # running, exited
@@ -90,12 +101,32 @@ class _Shell:
         self.kept += len(text)
         while self.kept > SCROLLBACK_CHARS and len(self.scrollback) > 1:
             self.kept -= len(self.scrollback.popleft())
+            self.dropped = True
         if self.kept > SCROLLBACK_CHARS:  # one piece alone is too long: keep its tail
             tail = self.scrollback[0][-SCROLLBACK_CHARS:]
             self.scrollback[0], self.kept = tail, len(tail)
+            self.dropped = True
 
     def output(self) -> str:
-        return "".join(self.scrollback)
+        """The scrollback, at most SCROLLBACK_CHARS with the marker."""
+        text = "".join(self.scrollback)
+        if not self.dropped:
+            return text
+        return DROPPED_MARKER + text[max(0, len(text) + len(DROPPED_MARKER) - SCROLLBACK_CHARS):]
+
+    def take_batch(self) -> str:
+        """What was read and not sent yet, from the oldest, up to about MAX_BATCH_CHARS."""
+        pieces, size = [], 0
+        while self.pending and size < MAX_BATCH_CHARS:
+            piece = self.pending.popleft()
+            if size + len(piece) > MAX_BATCH_CHARS:
+                cut = MAX_BATCH_CHARS - size
+                piece, rest = piece[:cut], piece[cut:]
+                self.pending.appendleft(rest)
+            pieces.append(piece)
+            size += len(piece)
+        self.pending_chars -= size
+        return "".join(pieces)
 
 
 class Terminals:
@@ -216,21 +247,29 @@ class Terminals:
             shell.pending.append(text)
             shell.pending_chars += len(text)
         if shell.pending_chars > MAX_PENDING_CHARS:
-            self._pause(shell)  # the flush reads again
+            self._pause(shell)  # the sends read again
         if shell.flush is None:
             shell.flush = asyncio.get_running_loop().call_later(BATCH_S, self._send, shell)
 
-    def _send(self, shell: _Shell, final: bool = False) -> None:
+    def _send(self, shell: _Shell) -> None:
+        """Publish one batch of what was read, if the slowest viewer has taken enough of what it
+        was sent; come back BATCH_S later while more waits. Read again once there is room."""
         shell.flush = None
-        raw = "".join(shell.pending)
-        shell.pending.clear()
-        shell.pending_chars = 0
+        loop = asyncio.get_running_loop()
+        if self.hub.backlog(shell.sessionid) > MAX_INFLIGHT_BYTES:
+            shell.flush = loop.call_later(BATCH_S, self._send, shell)
+            return
+        self._publish(shell, shell.take_batch())
+        if shell.pending:
+            shell.flush = loop.call_later(BATCH_S, self._send, shell)
+        if shell.status == "running" and not shell.reading and shell.pending_chars <= MAX_PENDING_CHARS:
+            self._read(shell)
+
+    def _publish(self, shell: _Shell, raw: str, final: bool = False) -> None:
         text = shell.scrub.feed(raw) + (shell.scrub.flush() if final else "")
         if text:
             shell.keep(text)
             self.hub.publish(TerminalOutput(shell.sessionid, text))
-        if not final and shell.status == "running" and not shell.reading:
-            self._read(shell)
 
     def _write(self, shell: _Shell) -> None:
         loop = asyncio.get_running_loop()
@@ -274,7 +313,13 @@ class Terminals:
             shell.writing = False
         if shell.flush is not None:
             shell.flush.cancel()
-        self._send(shell, final=True)
+            shell.flush = None
+        # The rest at once: the shell has ended, what is left is bounded (pending, and the pty's
+        # buffer), and terminal.exit must come after all of it.
+        raw = "".join(shell.pending)
+        shell.pending.clear()
+        shell.pending_chars = 0
+        self._publish(shell, raw, final=True)
         with contextlib.suppress(OSError):
             os.close(shell.child.fd)
         shell.child.transport.close()

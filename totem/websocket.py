@@ -6,10 +6,15 @@ code. What a message means and who gets which event is the Hub's (`events.py`): 
 hands it each text message and takes the frames it is sent, through the hub's public methods
 only. Imported with the first connection (see `app.py`), so start-up does not pay for websockets.
 
+The frames that wait in the queue, and those handed to the transport until the client has
+taken them, hold a share of the server's send budget (`httpd.SendBudget`, shared with the HTTP
+answers); a frame that does not fit in it while others wait closes the client (1013) as its own
+bounds do. `backlog` tells the hub how far behind the client is (the terminal waits on it).
+
 Close codes: 1008 a message that is not one of the protocol (one log line each), 1003 a binary
 message, 1009 a message over MAX_CLIENT_MESSAGE_BYTES, 1013 a client that fell behind either
-bound of its queue (it reconnects and reads `Sessions|messages`), 1011 a missed pong or an
-internal error, 1001 the server stopping.
+bound of its queue or the send budget (it reconnects and reads `Sessions|messages`), 1011 a
+missed pong or an internal error, 1001 the server stopping.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from websockets.server import ServerProtocol
 from websockets.typing import BytesLike
 
 from .events import Hub, ProtocolError
+from .httpd import SendBudget
 
 log = logging.getLogger("totem.websocket")
 
@@ -64,9 +70,9 @@ class TextFrames:
 
 async def serve(hub: Hub, limits: Limits, request: Any, reader: asyncio.StreamReader,
                 writer: asyncio.StreamWriter, leftover: bytes, extra_headers: Sequence[tuple[str, str]],
-                frames: TextFrames | None = None) -> None:
+                frames: TextFrames | None = None, budget: SendBudget | None = None) -> None:
     """Run one WebSocket connection until it closes. The request is already authorized."""
-    await Connection(hub, limits, reader, writer, frames).run(request, leftover, extra_headers)
+    await Connection(hub, limits, reader, writer, frames, budget).run(request, leftover, extra_headers)
 
 
 class Connection:
@@ -75,8 +81,9 @@ class Connection:
     To the hub it is an `events.Subscriber`: `send()`, `close()`, `wait_closed()`."""
 
     def __init__(self, hub: Hub, limits: Limits, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 frames: TextFrames | None = None):
+                 frames: TextFrames | None = None, budget: SendBudget | None = None):
         self.hub = hub
+        self.budget = budget or SendBudget(limits.queue_bytes)
         self.frames = frames or TextFrames()
         self.limits = limits
         self.reader = reader
@@ -87,6 +94,7 @@ class Connection:
         self.finished = asyncio.Event()
         self._queue: deque[bytes] = deque()
         self._queued_bytes = 0
+        self._charged = 0  # bytes of the send budget held: the queue's and those written since the last drain
         self._draining = False  # the client is behind: the sender waits for it, frames stay queued
         self._ready = asyncio.Event()  # set when the sender must wait for the client, or stop
         self._pong = asyncio.Event()
@@ -116,13 +124,28 @@ class Connection:
                      len(self._queue), self._queued_bytes)
             self.close(CloseCode.TRY_AGAIN_LATER, "too slow: reconnect and reload")
             return
+        # The first frame to wait is taken even beyond the budget (one frame per connection).
+        if not self.budget.take_now(len(frame)):
+            if self._queue:
+                log.info("WebSocket client behind while the send budget is spent, closed (1013): "
+                         "%d frames, %d bytes waiting", len(self._queue), self._queued_bytes)
+                self.close(CloseCode.TRY_AGAIN_LATER, "server busy: reconnect and reload")
+                return
+            self.budget.force(len(frame))
+        self._charged += len(frame)
         self._queue.append(frame)
         self._queued_bytes += len(frame)
+
+    @property
+    def backlog(self) -> int:
+        """The bytes sent to this client that it has not taken yet: queued, or in the transport."""
+        return self._queued_bytes + self.writer.transport.get_write_buffer_size()
 
     def close(self, code: int, reason: str) -> None:
         if self.protocol.state is State.OPEN:
             self._queue.clear()  # what was not written yet is never sent: free it now
             self._queued_bytes = 0
+            self._uncharge()
             self._ready.set()  # the sender sees the state and stops
             self.protocol.send_close(code, reason[:MAX_REASON_CHARS])
             self._flush()
@@ -138,6 +161,10 @@ class Connection:
         """Close for a message the client should not have sent, with one log line."""
         log.warning("WebSocket message refused, closed (%d): %s", code, reason[:MAX_REASON_CHARS])
         self.close(code, reason)
+
+    def _uncharge(self) -> None:
+        self.budget.give(self._charged)
+        self._charged = 0
 
     def _abort(self) -> None:
         if self.protocol.state is not State.CLOSED and not self.finished.is_set():
@@ -181,6 +208,9 @@ class Connection:
             for task in self._tasks:
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
+            self._queue.clear()
+            self._queued_bytes = 0
+            self._uncharge()
             await self._shutdown()
 
     async def _receive_loop(self) -> None:
@@ -242,6 +272,8 @@ class Connection:
             frames.append(self.frames.framed(frame))
         self.writer.write(b"".join(frames))
         self._note_backlog()
+        if not self._draining:  # the transport took it all within its high-water mark
+            self._uncharge()
 
     def _note_backlog(self) -> None:
         """Past the transport's high-water mark (the client is not reading) the sender takes
@@ -260,6 +292,10 @@ class Connection:
                 await self.writer.drain()
             except ConnectionError:
                 return
+            # What was written before the drain has been taken (but the low-water mark).
+            written = self._charged - self._queued_bytes
+            self.budget.give(written)
+            self._charged -= written
             self._draining = False
             if self._queue:
                 self._write_out()

@@ -14,7 +14,7 @@ import time
 from typing import cast
 
 from ..httpd import large_json_response
-from ..sessions import DEFAULT_SESSION_NAME, DEFAULT_SESSION_PAGE, MODES, REASONING_LEVELS
+from ..sessions import DEFAULT_SESSION_NAME, DEFAULT_SESSION_PAGE, MESSAGE_PAGE_BYTES, MODES, REASONING_LEVELS
 from . import Action, success
 
 MAX_NAME_CHARS = 200
@@ -73,6 +73,9 @@ async def list_messages(ctx):
     before = params.text("before", max_chars=64)
     limit = params.integer("limit", 1, MAX_MESSAGE_PAGE, default=DEFAULT_MESSAGE_PAGE)
     params.done()
+    # The page's share of the send budget is taken before it is read: many clients asking at
+    # once wait for it (or get 503) instead of each holding a page being built.
+    await ctx.request.reserve(MESSAGE_PAGE_BYTES)
     return await large_json_response(await ctx.services.sessions.messages(ctx.id, before, limit),
                                      MESSAGE_PAGE_DEPTH)
 
@@ -159,14 +162,21 @@ def _attachment_items(raw) -> tuple[list[tuple[str, str, str, str]], list[tuple[
 
 
 async def _attachments(raw) -> tuple[list[tuple[str, str, bytes]], list[tuple[str, str]]]:
-    """Decoded attachments and the problems found; large ones are decoded off the loop."""
+    """Decoded attachments and the problems found; large ones are decoded off the loop. `raw`
+    is emptied and each base64 text let go once decoded: a 20 MB prompt would otherwise hold
+    its text and its bytes until the store has written them."""
     items, problems = _attachment_items(raw)
+    if isinstance(raw, list):
+        raw.clear()
     files = []
-    for name, mime, data, where in items:
+    items.reverse()
+    while items:
+        name, mime, data, where = items.pop()
         if len(data) > THREAD_DECODE_CHARS:
             content = await asyncio.to_thread(decode_base64, data)
         else:
             content = decode_base64(data)
+        del data
         if content is None:
             problems.append((f"{where}.data", "must be base64"))
             continue
@@ -189,7 +199,7 @@ async def prompt_session(ctx):
     mode = body.choice("mode", MODES)
     reasoning = body.choice("reasoning", REASONING_LEVELS)
     steer = bool(body.boolean("steer", default=False))
-    files, problems = await _attachments(body.data.get("attachments"))
+    files, problems = await _attachments(body.data.pop("attachments", None))
     body.errors.extend(problems)
     body.done()
     return await ctx.services.sessions.send(ctx.id, text, model=model, mode=mode, autoaccept=autoaccept,
