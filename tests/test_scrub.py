@@ -17,6 +17,7 @@ from totem.config import parse_values
 from totem.vault import (
     MAX_ESCAPE_RUN_CHARS,
     MIN_SCRUB_CHARS,
+    QUIET_FLUSH_S,
     SECRET_FILE,
     QuietScrub,
     Scrubber,
@@ -680,7 +681,7 @@ def test_quiet_scrub_gives_out_held_tail_when_quiet():
     timers, emitted = FakeTimers(), []
     quiet = QuietScrub(scrubber().stream(), emitted.append, timers.call_later)
     assert quiet.feed("serving " + KEY[:5]) == "serving "
-    assert [t.delay for t in timers.pending if not t.cancelled] == [0.25]
+    assert [t.delay for t in timers.pending if not t.cancelled] == [QUIET_FLUSH_S]
     timers.fire()
     assert emitted == [KEY[:5]]
     assert quiet.feed("x " + KEY[:7]) == "x "

@@ -212,13 +212,23 @@ class TerminalScrubTest(TerminalCase):
         the scrollback."""
         half = len(KEY) // 2
         await self.start()
-        await self.type(f"printf '%s' '{KEY[:half]}'; sleep 0.2; printf '%s\\n' '{KEY[half:]}'; "
+        await self.type(f"printf '%s' '{KEY[:half]}'; sleep 0.05; printf '%s\\n' '{KEY[half:]}'; "
                         f"printf '{KEY[:half]}\\033[31m{KEY[half:]}\\033[0m\\n'; echo scrub-$((1+1))\n")
         output = await self.read_until("scrub-2\r\n")
         state = (await call(self.app, "sessions_terminal", {}, ident=self.sid)).json()
         for text in (output, state["output"]):
             self.assertNotIn(KEY, text.replace("\x1b[31m", "").replace("\x1b[0m", ""))
             self.assertIn("[secret:", text)
+
+
+    async def test_the_start_of_a_key_shows_once_the_shell_is_quiet(self):
+        """Output that may still become a key is held while more may come, and shows once the
+        shell has been quiet a moment: the person sees what they typed."""
+        await self.start()
+        start = KEY[:6]
+        await self.type(f"printf 'typed %s' '{start}'\n")
+        await self.read_until(f"typed {start}", 20_000)
+        self.assertNotIn(KEY, self.output)
 
 
 class TerminalFloodTest(TerminalCase):

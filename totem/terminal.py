@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 from . import runner
 from .events import TerminalExit, TerminalOutput
-from .vault import ScrubStream
+from .vault import QuietScrub, ScrubStream
 
 SCROLLBACK_CHARS = 256 * 1024
 DROPPED_MARKER = "[earlier output was dropped from the scrollback]\r\n"
@@ -81,7 +81,7 @@ def terminal_environment() -> dict[str, str]:
 class _Shell:
     sessionid: str
     child: runner.TerminalChild
-    scrub: ScrubStream
+    scrub: ScrubStream | QuietScrub
     decoder: codecs.IncrementalDecoder = field(
         default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))
     scrollback: deque[str] = field(default_factory=deque)
@@ -165,7 +165,10 @@ class Terminals:
                                                 columns=columns, rows=rows)
         except OSError as exc:
             raise TerminalError(f"the shell could not start: {exc.strerror or exc}") from None
-        shell = _Shell(sessionid, child, self.scrubber().stream())
+        stream = self.scrubber().stream()
+        shell = _Shell(sessionid, child, stream)
+        # What the scrubber holds back (it may begin a key) shows once the shell is quiet.
+        shell.scrub = QuietScrub(stream, lambda tail: self._show(shell, tail), asyncio.get_running_loop().call_later)
         self._shells[sessionid] = shell
         self._read(shell)
         wait = asyncio.get_running_loop().create_task(self._wait(shell), name=f"terminal {sessionid}")
@@ -266,7 +269,9 @@ class Terminals:
             self._read(shell)
 
     def _publish(self, shell: _Shell, raw: str, final: bool = False) -> None:
-        text = shell.scrub.feed(raw) + (shell.scrub.flush() if final else "")
+        self._show(shell, shell.scrub.feed(raw) + (shell.scrub.flush() if final else ""))
+
+    def _show(self, shell: _Shell, text: str) -> None:
         if text:
             shell.keep(text)
             self.hub.publish(TerminalOutput(shell.sessionid, text))

@@ -231,7 +231,7 @@ MAX_ESCAPE_RUN_CHARS = 256
 # spans at most n + (n - 1) * MAX_BREAK_CHARS, and that bounds what a stream holds back.
 MAX_BREAK_CHARS = 2
 # Live output that has been quiet this long gives out what its stream held back (QuietScrub).
-QUIET_FLUSH_S = 0.25
+QUIET_FLUSH_S = 0.5
 # `\r?\n?` rather than `(?:\r\n|\r|\n)?`: the same strings, but two single-character repeats,
 # which sre runs about twice as fast as a repeated group.
 _LINE_BREAK = r"\r?\n?"
