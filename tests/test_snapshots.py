@@ -587,6 +587,33 @@ class LimitsTest(SnapshotCase):
         self.assertEqual((self.text("one.txt"), self.text("two.txt")), ("new one\n", old_two))
 
 
+class FirstLookCapTest(SnapshotCase):
+    settings = {"snapshotmb": 16}
+
+    async def test_the_first_look_at_a_big_project_keeps_to_the_cap_and_says_what_it_did_not(self):
+        """A 24 MB project under a 16 MB cap: the first capture keeps at most the cap (and one
+        file); an undo of a command that changed a kept file and one that was not restores the
+        first and names the second, with the reason, as the row of its change does."""
+        for index in range(24):
+            with open(self.path(f"f{index:02}.bin"), "wb") as handle:
+                handle.write(os.urandom(1 << 20))
+        await self.turn([("bash", {"command": "true"})], text="look")
+        blobs = self.app.snapshots.blobs
+        self.assertLessEqual(blobs.size(self.project["id"]), blobs.limit_bytes + snapshots.MAX_FILE_BYTES)
+        seen = self.app.snapshots._trees[self.root].files
+        left = sorted(path for path, found in seen.items() if found.note == snapshots.OVER_LIMIT)
+        self.assertGreaterEqual(len(left), 6)
+        self.assertNotEqual(seen["a.txt"].note, snapshots.OVER_LIMIT)
+        messageid, _ = await self.turn([("bash", {"command": f"echo x >> a.txt && echo x >> {left[0]}"})])
+        done = await self.undo(messageid)
+        self.assertEqual(done["restored"], ["a.txt"])
+        self.assertEqual(self.text("a.txt"), ORIGINAL)
+        self.assertEqual([item["path"] for item in done["lost"]], [left[0]])
+        self.assertIn("limit", done["lost"][0]["reason"])
+        rows = {row["path"]: row["note"] for row in await self.rows()}
+        self.assertIn("snapshotmb", rows[left[0]])
+
+
 class EventsAndPreviewTest(SnapshotCase):
     async def wait_event(self, kind, timeout_ms=5000):
         deadline = time.monotonic() + timeout_ms * MS

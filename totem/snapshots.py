@@ -73,6 +73,7 @@ SECRET = "a protected secret file: its content is never copied"
 # never copied into the store, whatever its name here.
 HARD_LINKED = "a file with more than one hard link: its content is never copied"
 NO_SPACE = "its content was not kept: the disk was full"
+OVER_LIMIT = "its content was not kept: the snapshot store of the project was at its limit (snapshotmb)"
 NOT_KEPT = ""  # the hash of a file that exists but whose content was not kept
 LOST_TO_CAP = ("its earlier content is not kept (the snapshot store of the project was over its limit, "
                "or the disk was full)")
@@ -156,17 +157,20 @@ class Blobs:
                 info = entry.stat(follow_symlinks=False)
                 yield entry.path, info.st_size, info.st_mtime
 
-    def enforce_limit(self, projectid: str, needed: set[str]) -> int:
-        """Bring the project's store under the cap: first what no row and no tree needs
-        (`needed`), then the least recently used. Returns how many were removed. Blocks."""
+    def enforce_limit(self, projectid: str, needed: set[str], wanted: frozenset[str] = frozenset()) -> int:
+        """Bring the project's store under the cap: first what neither a row (`needed`) nor a
+        tree (`wanted`, for a later change) names, then what only a tree names, then the least
+        recently used. Returns how many were removed. Blocks."""
         if self.size(projectid) <= self.limit_bytes:
             return 0
         stored = sorted(self._files(projectid), key=lambda item: item[2])
-        unused = [item for item in stored if _digest_of(item[0]) not in needed]
-        used = [item for item in stored if _digest_of(item[0]) in needed]
+        named = [(item, _digest_of(item[0])) for item in stored]
+        unused = [item for item, digest in named if digest not in needed and digest not in wanted]
+        tree_only = [item for item, digest in named if digest not in needed and digest in wanted]
+        used = [item for item, digest in named if digest in needed]
         removed = 0
         total = sum(size for _path, size, _time in stored)
-        for path, size, _time in unused + used:
+        for path, size, _time in unused + tree_only + used:
             if total <= self.limit_bytes:
                 break
             with contextlib.suppress(OSError):
@@ -245,11 +249,13 @@ def _lstat_inside(root: str, relative: str, folders: dict[str, bool] | None = No
 
 
 def read_kept(blobs: Blobs, projectid: str, root: str, relative: str,
-              info: os.stat_result | None = None, spare: bool = False) -> Seen | None:
+              info: os.stat_result | None = None, spare: bool = False, within: bool = False) -> Seen | None:
     """Keep the current content of a file of the project; None when there is no such regular
     file (absent, a link, a folder). With `spare`, a content that the disk has no room for
     is hashed and not kept (what a file holds after a change: only a redo would need it);
-    without, that raises OSError. Blocks."""
+    without, that raises OSError. With `within` (the first look at a tree, whose contents the
+    cap may not remove), a content is hashed and not kept once the project's store is at its
+    cap. Blocks."""
     info = info or _lstat_inside(root, relative)
     if info is None:
         return None
@@ -268,6 +274,10 @@ def read_kept(blobs: Blobs, projectid: str, root: str, relative: str,
         return None
     if len(data) > MAX_FILE_BYTES:
         return Seen(*stamp, NOT_KEPT, TOO_BIG, racy)
+    if within and blobs.size(projectid) >= blobs.limit_bytes:
+        digest = content_hash(data)
+        if not blobs.has(projectid, digest):
+            return Seen(*stamp, digest, OVER_LIMIT, racy)
     try:
         return Seen(*stamp, blobs.put(projectid, data), racy=racy)
     except OSError as exc:
@@ -324,8 +334,11 @@ class Tree:
             self.watcher.close()
             self.watcher = None
 
-    async def capture(self, blobs: Blobs) -> list[Change]:
-        """What changed since the last capture (everything, the first time). Raises GitError."""
+    async def capture(self, blobs: Blobs, within: bool = False) -> list[Change]:
+        """What changed since the last capture (everything, the first time). The first capture,
+        and one `within` (what the person changed, before a command), keep contents only while
+        the project's store is under its cap: the tree needs every content it keeps, so the cap
+        could not remove them later. Raises GitError."""
         async with self.lock:
             reported = self.watcher.drain() if self.watcher is not None and self.ready else None
             if reported is not None and not reported:
@@ -335,13 +348,13 @@ class Tree:
                 watcher = Watcher.open(self.root) if listing is not None else None
                 # The folders ignored whole are not watched; without a watcher, not asked for.
                 ignored = await git.ignored_folders(self.root, self.shadow) if watcher is not None else []
-                return await asyncio.to_thread(self._walk_all, blobs, listing, ignored or [], watcher)
+                return await asyncio.to_thread(self._walk_all, blobs, listing, ignored or [], watcher, within)
             pathspecs = tuple(sorted({_glob_children(folder) for folder in reported.folders}
                                      | set(reported.created)))
             listed = await git.unignored_files(self.root, self.shadow, pathspecs) if pathspecs else []
             created = tuple(sorted(reported.created))
             ignored = await git.ignored_folders(self.root, self.shadow, created) if created else []
-            return await asyncio.to_thread(self._walk_some, blobs, reported, listed or [], ignored or [])
+            return await asyncio.to_thread(self._walk_some, blobs, reported, listed or [], ignored or [], within)
 
     def absorb(self, blobs: Blobs, paths: Iterable[str]) -> None:
         """Take in files that Totem itself just changed, so no capture counts them again.
@@ -359,21 +372,29 @@ class Tree:
         return {seen.digest for seen in self.files.values() if seen.digest}
 
     def _walk_all(self, blobs: Blobs, listing: list[str] | None, ignored: list[str],
-                  watcher: Watcher | None) -> list[Change]:
+                  watcher: Watcher | None, within: bool = False) -> list[Change]:
         self.walks += 1
         if listing is None:  # no git: every file but those under .git
             listing = list(_plain_listing(self.root))
         listed = set(listing)
         folders: dict[str, bool] = {}
-        changes = [change for path in listing if (change := self._look(blobs, path, folders=folders)) is not None]
+        first = not self.ready
+        changes = [change for path in listing
+                   if (change := self._look(blobs, path, folders=folders, within=within or first)) is not None]
         for path in [path for path in self.files if path not in listed]:
             changes.append(Change(path, self.files.pop(path), None))
         self._rewatch(set(ignored), watcher)
-        first = not self.ready
         self.ready = True
+        if first:
+            left = [seen for seen in self.files.values() if seen.note == OVER_LIMIT]
+            if left:
+                log.info("the first look at %s did not keep %d files (%d bytes): the snapshot store of the project "
+                         "is at its limit of %d bytes (snapshotmb); an undo of their changes will say so",
+                         self.root, len(left), sum(seen.size for seen in left), blobs.limit_bytes)
         return [] if first else changes
 
-    def _walk_some(self, blobs: Blobs, reported, listed: list[str], ignored: list[str]) -> list[Change]:
+    def _walk_some(self, blobs: Blobs, reported, listed: list[str], ignored: list[str],
+                   within: bool = False) -> list[Change]:
         listed_set = set(listed)
         candidates = set(listed)
         candidates.update(path for path in reported.files if path in self.files or path in listed_set)
@@ -388,7 +409,7 @@ class Tree:
         for path in sorted(candidates):
             if path not in self.files and path not in listed_set:
                 continue  # reported, but ignored
-            change = self._look(blobs, path, force=path in reported.files)
+            change = self._look(blobs, path, force=path in reported.files, within=within)
             if change is not None:
                 changes.append(change)
         for removed in reported.removed:
@@ -403,7 +424,7 @@ class Tree:
         return changes
 
     def _look(self, blobs: Blobs, path: str, force: bool = False,
-              folders: dict[str, bool] | None = None) -> Change | None:
+              folders: dict[str, bool] | None = None, within: bool = False) -> Change | None:
         """Compare one file with what the last capture saw. Its stat alone is trusted only when
         the watcher did not report it and it was not changed just before the last look (two
         writes of the same size within one tick of the clock leave the same stat: git's "racily
@@ -417,7 +438,7 @@ class Tree:
             return Change(path, known, None)
         if known is not None and not force and known.same_stat(info) and not known.racy:
             return None
-        seen = read_kept(blobs, self.projectid, self.root, path, info, spare=True)
+        seen = read_kept(blobs, self.projectid, self.root, path, info, spare=True, within=within)
         if seen is None:
             if known is not None:
                 del self.files[path]
@@ -611,7 +632,7 @@ class Snapshots:
         """Capture the tree before a command: what changed since the last capture was made
         by the person (nothing is recorded) or by a job still running (recorded for it)."""
         tree = self._tree(scope)
-        changes = await tree.capture(self.blobs)
+        changes = await tree.capture(self.blobs, within=True)
         running = self._jobs.get(scope.root)
         if changes and running:
             await self._record_changes(running[-1], changes)
@@ -668,10 +689,11 @@ class Snapshots:
         if await asyncio.to_thread(self.blobs.size, projectid) <= self.blobs.limit_bytes:
             return  # under the cap: no need to know what is needed
         needed = await self.store.snapshot_digests(projectid)
+        wanted: set[str] = set()
         for tree in self._trees.values():
             if tree.projectid == projectid:
-                needed |= tree.digests()
-        await asyncio.to_thread(self.blobs.enforce_limit, projectid, needed)
+                wanted |= tree.digests()
+        await asyncio.to_thread(self.blobs.enforce_limit, projectid, needed, frozenset(wanted))
 
     # -- restoring ----------------------------------------------------------------------
 
