@@ -55,6 +55,7 @@ MAX_SERVER_PINS = 16  # approvals of one project MCP server whose manifest is ke
 
 # Each entry moves the schema one version up; never edit one that has shipped.
 log = logging.getLogger("totem.store")
+BLOB_STEP_BYTES = 1 << 20  # a large value is written in steps of this size (attachments)
 
 MIGRATIONS = (
     """
@@ -816,10 +817,16 @@ class Store:
 
         def run(c):
             stamp = now_ms()
-            c.executemany("INSERT INTO attachments (id, sessionid, messageid, name, mime, size, data, created)"
-                          " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                          [(newid, sessionid, messageid, name, mime, len(data), data, stamp)
-                           for newid, (name, mime, data) in zip(ids, files, strict=True)])
+            for newid, (name, mime, data) in zip(ids, files, strict=True):
+                # Written in steps into a blob of its size: binding a 15 MB file would copy it whole.
+                rowid = c.execute("INSERT INTO attachments (id, sessionid, messageid, name, mime, size, data, created)"
+                                  " VALUES (?, ?, ?, ?, ?, ?, zeroblob(?), ?)",
+                                  (newid, sessionid, messageid, name, mime, len(data), len(data), stamp)).lastrowid
+                if data:
+                    view = memoryview(data)
+                    with c.blobopen("attachments", "data", rowid) as blob:
+                        for start in range(0, len(view), BLOB_STEP_BYTES):
+                            blob.write(view[start:start + BLOB_STEP_BYTES])
             return [{"id": newid, "name": name, "mime": mime, "size": len(data)}
                     for newid, (name, mime, data) in zip(ids, files, strict=True)]
         return await self.write(run)
