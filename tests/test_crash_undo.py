@@ -12,6 +12,7 @@ import random
 import sqlite3
 import time
 
+from tests.model_server import ScriptedModel, reply
 from tests.test_crash import ProcessCase
 from tests.utils import MS, call
 from totem.snapshots import SNAPSHOTS_DIR, Blobs
@@ -21,6 +22,8 @@ from totem.tools.files import is_temp_name
 FILES = 400
 TRIALS = 4
 TEMP_GONE_MS = 10_000
+CAPTURE_FILES = 3000
+CAPTURE_FILE_BYTES = 4096
 
 
 def sha(text: str) -> str:
@@ -135,3 +138,64 @@ class KillDuringUndoTest(ProcessCase):
         print(f"\nkills during an undo of {FILES} files ({whole:.2f} s whole): "
               f"{landings.count('before')} before its journal, {landings.count('during')} while it wrote, "
               f"{landings.count('after')} after it ended; 0 half-restored, 0 temporary files left")
+
+
+class KillDuringCaptureTest(ProcessCase):
+    async def test_kill_during_a_tree_capture_leaves_no_temporary_file(self):
+        """SIGKILL while the first capture of a big tree keeps its contents: the next start removes
+        every temporary file of the snapshot store (one that the kill left in the middle of a
+        write is planted too, so the sweep is shown whatever instant the kill hit), and the next
+        command's capture works."""
+        project = self.folder("tree")
+        for index in range(CAPTURE_FILES):
+            with open(os.path.join(project, f"f{index:04}.bin"), "wb") as handle:
+                handle.write(os.urandom(CAPTURE_FILE_BYTES))
+        snapshots_dir = os.path.join(self.data, SNAPSHOTS_DIR)
+        async with ScriptedModel() as model:
+            model.script(reply(tool_calls=[("bash", {"command": "true"})]), reply("done"))
+            server = await self.start("capture")
+            projectid = (await call(server, "projects_open", {"path": project})).json()["id"]
+            sessionid = (await call(server, "sessions_create", {"projectid": projectid})).json()["id"]
+            provider = (await call(server, "providers_save", {"name": "m", "kind": "openai",
+                                                              "url": model.url})).json()["id"]
+            rule = await call(server, "permissions_save", {"projectid": projectid, "tool": "bash",
+                                                           "pattern": "true", "action": "allow"})
+            self.assertEqual(rule.status, 200, rule.body)
+            answer = await call(server, "sessions_prompt", {"text": "go", "model": f"{provider}/m"}, ident=sessionid)
+            self.assertEqual(answer.status, 200, answer.body)
+            deadline = time.monotonic() + TEMP_GONE_MS * MS
+            while self.kept(snapshots_dir, projectid) < CAPTURE_FILES // 4 and time.monotonic() < deadline:
+                await asyncio.sleep(2 * MS)  # until the capture is well under way
+            server.kill()
+        shard = os.path.join(snapshots_dir, projectid, "ab")
+        os.makedirs(shard, exist_ok=True)
+        planted = os.path.join(shard, "c" * 62 + ".0123abcd.tmp")
+        with open(planted, "wb") as handle:
+            handle.write(b"half a content")
+
+        async with ScriptedModel() as model:
+            model.script(reply(tool_calls=[("bash", {"command": "true"})]), reply("done"))
+            restarted = await self.start("after")
+            self.assertEqual((await call(restarted, "sessions_read", ident=sessionid)).status, 200)
+            deadline = time.monotonic() + TEMP_GONE_MS * MS
+            while self.temp_files() and time.monotonic() < deadline:
+                await asyncio.sleep(20 * MS)
+            self.assertEqual(self.temp_files(), [])
+            provider = (await call(restarted, "providers_save", {"name": "m2", "kind": "openai",
+                                                                 "url": model.url})).json()["id"]
+            answer = await call(restarted, "sessions_prompt", {"text": "again", "model": f"{provider}/m"},
+                                ident=sessionid)
+            self.assertEqual(answer.status, 200, answer.body)
+            deadline = time.monotonic() + TEMP_GONE_MS * MS
+            while (await call(restarted, "sessions_read", ident=sessionid)).json()["status"] == "running" \
+                    and time.monotonic() < deadline:
+                await asyncio.sleep(20 * MS)
+            self.assertEqual((await call(restarted, "sessions_read", ident=sessionid)).json()["status"], "idle")
+            self.assertEqual(await restarted.terminate(), 0)
+
+    def kept(self, folder: str, projectid: str) -> int:
+        return sum(len(names) for _top, _dirs, names in os.walk(os.path.join(folder, projectid)))
+
+    def temp_files(self) -> list[str]:
+        return [os.path.join(top, name) for top, _dirs, names in os.walk(os.path.join(self.data, SNAPSHOTS_DIR))
+                for name in names if name.endswith(".tmp")]
