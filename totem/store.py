@@ -831,6 +831,11 @@ class Store:
                     for newid, (name, mime, data) in zip(ids, files, strict=True)]
         return await self.write(run)
 
+    async def attachment_info(self, attachmentid: str) -> dict | None:
+        """`{id, name, mime, size}` of an attachment, without its content."""
+        return await self.read(lambda c: _row(c.execute(
+            "SELECT id, name, mime, size FROM attachments WHERE id = ?", (attachmentid,))))
+
     async def get_attachment(self, attachmentid: str) -> AttachmentRow | None:
         return await self.read(lambda c: _row(c.execute(
             "SELECT * FROM attachments WHERE id = ?", (attachmentid,))))

@@ -116,9 +116,15 @@ class RunAttachments:
 
     async def _item(self, store, attachmentid: str, marker: str) -> ContentItem | None:
         if attachmentid not in self._items:
-            row = await store.get_attachment(attachmentid)
+            info = await store.attachment_info(attachmentid)
+            # A file that is only named (not an image, too big to inline) is never read back.
+            row = None if info is None else info | {"data": None} if _only_named(info) else (
+                await store.get_attachment(attachmentid))
             item = None
-            if row is not None:
+            if row is not None and row["data"] is None:
+                item = attachment_content(row, marker)
+                self.encoded += 1
+            elif row is not None:
                 if len(row["data"]) >= ENCODE_THREAD_BYTES:
                     item = await asyncio.to_thread(attachment_content, row, marker)
                 else:
@@ -128,10 +134,17 @@ class RunAttachments:
         return self._items[attachmentid]
 
 
+def _only_named(info: dict) -> bool:
+    return info["mime"] not in IMAGE_TYPES and info["size"] > MAX_INLINE_ATTACHMENT_BYTES
+
+
 def attachment_content(attachment: dict, marker: str) -> ContentItem:
     """An attachment as a part of the user message: an image as a data URL, a small text file
-    inline in an envelope, anything else as a line that names it."""
+    inline in an envelope, anything else as a line that names it (`data` None: it is only
+    named, and its size is `size`)."""
     mime, data, name = attachment["mime"], attachment["data"], attachment["name"]
+    if data is None:
+        return _named(name, mime, attachment["size"])
     if mime in IMAGE_TYPES:
         url = f"data:{mime};base64,{base64.b64encode(data).decode()}"
         return {"type": "image_url", "image_url": {"url": url}}
@@ -140,7 +153,11 @@ def attachment_content(attachment: dict, marker: str) -> ContentItem:
             return {"type": "text", "text": envelope(f"attachment {name}", data.decode("utf-8"), marker)}
         except UnicodeDecodeError:
             pass
-    return {"type": "text", "text": f"[attached file {name} ({mime}, {len(data)} bytes) is not text and is not shown]"}
+    return _named(name, mime, len(data))
+
+
+def _named(name: str, mime: str, size: int) -> ContentItem:
+    return {"type": "text", "text": f"[attached file {name} ({mime}, {size} bytes) is not text and is not shown]"}
 
 
 def user_message(message: MessageRow, attachments: list[ContentItem], marker: str | None = None) -> dict:

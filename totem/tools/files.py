@@ -409,7 +409,7 @@ def _sync_folder(folder: int) -> None:
 def _write_error(what: str, exc: OSError, root: str, path: str) -> ToolError:
     """The ToolError of a failed write: NoSpace, naming the folder, when space ran out."""
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return NoSpace(f"{what}: no space is left on the disk of {root}; nothing was changed", os.path.dirname(path))
+        return NoSpace(f"{what}: {_reason(exc)}", os.path.dirname(path))
     return ToolError(f"{what}: {_reason(exc)}")
 
 

@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..permissions import PATH, ToolKind
-from . import Tool, ToolContext, ToolError, ToolResult, cut_line, display_path, files
+from . import NoSpace, Tool, ToolContext, ToolError, ToolResult, cut_line, display_path, files
 
 _HUNK_HEADER = re.compile(r"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)")
 # "@@" or "@@ def f():" without line numbers (a malformed "@@ -..." is an error instead).
@@ -715,12 +715,17 @@ def _write_all(ctx: ToolContext, writes: list[_Write], deletes: list[_Delete]) -
         files.remove_folders(created)
         message = str(exc) if isinstance(exc, ToolError) else f"the patch failed: {exc}"
         if problems:
-            raise ToolError(f"{message}; restoring failed for: {'; '.join(problems)}") from None
+            raise _write_failure(exc, f"{message}; restoring failed for: {'; '.join(problems)}") from None
         if done:
             restored = ", ".join(step.shown for step in done)
-            raise ToolError(f"{message}; the files already changed were restored "
-                            f"({restored}): nothing was changed") from None
-        raise ToolError(f"{message}; nothing was changed") from None
+            raise _write_failure(exc, f"{message}; the files already changed were restored "
+                                f"({restored}): nothing was changed") from None
+        raise _write_failure(exc, f"{message}; nothing was changed") from None
+
+
+def _write_failure(cause: Exception, message: str) -> ToolError:
+    """The error of a patch that failed: NoSpace when space ran out (the run ends then)."""
+    return NoSpace(message, cause.folder) if isinstance(cause, NoSpace) else ToolError(message)
 
 
 def _undo(ctx: ToolContext, done: list[_Write | _Delete]) -> list[str]:
