@@ -29,15 +29,25 @@ import tempfile
 import time
 
 from agent import API_TIMEOUT_S, Bench, TimedModel, api, subscribe_synced
-from startup import HOST, LAUNCHER, ROOT, BenchError, free_port, percentile, server_env, stop_process
-from startup import wait_until_ready as wait_for_server
+from startup import (
+    HOST,
+    LAUNCHER,
+    ROOT,
+    BenchError,
+    Server,
+    free_port,
+    percentile,
+    server_env,
+    stop_process,
+    wait_until_ready,
+)
 from websockets.asyncio.client import connect as ws_connect
 
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from tests.model_server import MODEL_ID, reply  # noqa: E402
-from tests.utils import call, running_totem  # noqa: E402
+from tests.model_server import MODEL_ID, reply
+from tests.utils import call, running_totem
 
 MESSAGES = 5_000
 OUTPUT_CHARS = 400
@@ -46,17 +56,6 @@ PROBE_INTERVAL_S = 0.005
 IDLE_PROBE_S = 1.0  # probes while nothing runs, for comparison
 TARGET_MS = 50.0
 WHOLE = 1 << 20
-
-
-class Server:
-    """The spawned server's process and port (bench/startup.py's, for wait_until_ready)."""
-
-    def __init__(self, process: subprocess.Popen, port: int, spawned_at: float, log_path: str):
-        self.process, self.port, self.spawned_at, self.log_path = process, port, spawned_at, log_path
-
-    def log_tail(self) -> str:
-        with open(self.log_path, "rb") as handle:
-            return handle.read()[-2000:].decode("utf-8", "replace")
 
 
 async def fill(folder: str, project_dir: str) -> tuple[str, str]:
@@ -93,7 +92,7 @@ def spawned(folder: str):
                                    stderr=subprocess.STDOUT)
         try:
             server = Server(process, port, began, log_path)
-            wait_for_server(server)  # type: ignore[arg-type]
+            wait_until_ready(server)
             yield server
         finally:
             stop_process(process)
