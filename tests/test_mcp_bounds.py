@@ -117,9 +117,9 @@ class SessionBoundsTest(McpCase):
 class BigResultsTest(McpClientCase):
     """The results of a FastMCP server (the official SDK), over stdio and Streamable HTTP."""
 
-    async def serve_http(self) -> int:
+    async def serve_http(self, mode: str = "http") -> int:
         port = free_port()
-        process = await asyncio.create_subprocess_exec(sys.executable, SERVER, "http", str(port),
+        process = await asyncio.create_subprocess_exec(sys.executable, SERVER, mode, str(port),
                                                        stdout=asyncio.subprocess.DEVNULL,
                                                        stderr=asyncio.subprocess.DEVNULL)
 
@@ -170,6 +170,23 @@ class BigResultsTest(McpClientCase):
         self.assertIn(f">\n{pid}\n<", last_pid)
         listed = (await self.servers(self.session["id"]))["servers"]
         self.assertEqual({s["server"]: s["state"] for s in listed}, {"notes": "running", "web": "running"})
+
+    async def test_a_big_json_answer_over_http_is_cut_the_same_way(self):
+        """A 12 MB result of a stateless server answering JSON (a 24 MB body) is read as it
+        comes and reaches the model cut with the note; the next call works."""
+        port = await self.serve_http("http-json")
+        self.define({"web": {"type": "http", "url": f"http://127.0.0.1:{port}/mcp"}})
+        await call(self.app, "permissions_save", {"projectid": self.project["id"], "tool": "mcp",
+                                                  "pattern": "web/*", "action": "allow"})
+        self.model.script(reply(tool_calls=[("mcp__web__big", {"megabytes": 12})]),
+                          reply(tool_calls=[("mcp__web__echo", {"text": "small"})]), reply("done"))
+        await self.prompt("use it")
+        await self.answer("mcp-start")
+        await self.events_until("idle", BIG_MS)
+        big, small = (tool_results(self.model.requests[index])[-1] for index in (1, 2))
+        expected = big_text(1)[:MAX_TOOL_OUTPUT_CHARS] + "\n" + CUT_NOTE
+        self.assertTrue(expected in big, big[-300:])
+        self.assertIn("echo: small", small)
 
 
 class SkimmedLinesTest(unittest.IsolatedAsyncioTestCase):

@@ -7,11 +7,12 @@ that times out is cancelled with `notifications/cancelled`), answering the serve
 transports: stdio (newline-delimited JSON through runner.spawn_server, stderr kept for the error
 message, stdout lines that are not JSON skipped, a line longer than WHOLE_LINE_BYTES read by a
 skimmer.Skimmer in bounded memory, its long texts cut, so that a result of any size neither ends
-the server nor fills the memory), Streamable HTTP (JSON or SSE answers, the
-session id and protocol version headers, DELETE at the end) and the older HTTP+SSE transport,
-tried when a Streamable HTTP `initialize` is refused with 400, 404 or 405. Wire details follow
-`shared/fixtures/mcp.md`. A server that exits or stops answering ends every waiting request with
-McpError, whose text the model or the person can act on.
+the server nor fills the memory), Streamable HTTP (JSON answers, skimmed the same way past
+WHOLE_LINE_BYTES, or SSE ones; the session id and protocol version headers, DELETE at the end)
+and the older HTTP+SSE transport, tried when a Streamable HTTP `initialize` is refused with 400,
+404 or 405. Wire details follow `shared/fixtures/mcp.md`. A server that exits or stops
+answering ends every waiting request with McpError, whose text the model or the person can act
+on.
 
 Must not: decide whether a server may start or a tool may be called (the agent asks), read
 project files, or trust anything the server sends beyond its framing (the caller sanitizes names
@@ -42,10 +43,10 @@ START_TIMEOUT_S = 30.0  # to start and finish the handshake
 REQUEST_TIMEOUT_S = 30.0  # tools/list and the other small requests
 CALL_TIMEOUT_S = 120.0  # a tool call, unless the caller gives its own
 STOP_GRACE_S = 2.0
-MAX_MESSAGE_BYTES = 8 * 1024 * 1024  # of an HTTP answer
-# A stdio line up to this is parsed whole; a longer one is skimmed as it comes (its strings cut
-# to what the model could be shown, at most a few MB kept), never kept whole.
+# A stdio line or an HTTP JSON answer up to this is parsed whole; a longer one is skimmed as it
+# comes (its strings cut to what the model could be shown, at most a few MB kept), never kept whole.
 WHOLE_LINE_BYTES = 4 * 1024 * 1024
+ASK_FOR_LESS = "ask the tool for less at a time (a smaller range, a page, a filter)"
 MAX_TOOL_PAGES = 20
 MAX_TOOLS = 500
 CLIENT_INFO = {"name": "totem", "version": "1"}
@@ -252,6 +253,21 @@ def _http():
     return client
 
 
+def skimmed_message(skimmer: Skimmer) -> object:
+    """The message of a line or body longer than WHOLE_LINE_BYTES, its long texts cut. Raises
+    ValueError with what to say to the request that waits (not JSON, no id to answer)."""
+    size = f"{skimmer.size / (1024 * 1024):.1f} MB"
+    try:
+        message = skimmer.finish()
+    except ValueError as exc:
+        raise ValueError(f"sent an answer of {size} that is not valid JSON ({exc}); {ASK_FOR_LESS}") from None
+    if isinstance(message, dict) and "method" not in message and "id" not in message:
+        raise ValueError(f"sent an answer of {size} whose request could not be told (no id was read); "
+                         f"{ASK_FOR_LESS}")
+    log.info("an MCP server sent a message of %s; its long texts were cut", size)
+    return message
+
+
 def _ignore_failure(task: asyncio.Future) -> None:
     if not task.cancelled():
         task.exception()
@@ -348,22 +364,16 @@ class StdioChannel(_Channel):
         self.received(message)
 
     def _skimmed(self, skimmer: Skimmer) -> None:
-        """A line longer than WHOLE_LINE_BYTES, read: its message with the long texts cut, or
-        the reason it could not be read for the request that waits."""
-        size = f"{skimmer.size / (1024 * 1024):.1f} MB"
-        advice = "ask the tool for less at a time (a smaller range, a page, a filter)"
+        """A line longer than WHOLE_LINE_BYTES, read: its message, or the reason it could not
+        be read for the request that waits."""
         try:
-            message = skimmer.finish()
+            message = skimmed_message(skimmer)
         except ValueError as exc:
             if skimmer.began_object:  # an answer, not a program's banner or log line
-                self.unreadable(f"sent an answer of {size} that is not valid JSON ({exc}); {advice}")
+                self.unreadable(str(exc))
             else:
-                log.info("%s wrote a line of %s that is not JSON", self.definition.name, size)
+                log.info("%s wrote a line of %d bytes that is not JSON", self.definition.name, skimmer.size)
             return
-        if isinstance(message, dict) and "method" not in message and "id" not in message:
-            self.unreadable(f"sent an answer of {size} whose request could not be told (no id was read); {advice}")
-            return
-        log.info("%s sent a message of %s; its long texts were cut", self.definition.name, size)
         self.received(message)
 
     async def send(self, message: dict) -> None:
@@ -456,13 +466,36 @@ class HttpChannel(_HttpBase):
                     async for piece in response.iter_bytes():
                         self._deliver_events(decoder, piece)
                 else:
-                    self._deliver_json(await response.read(MAX_MESSAGE_BYTES))
+                    await self._read_json(response)
         except ProviderError as exc:
             raise self._failed(exc) from None
         except StreamFormatError as exc:
             raise McpError(f"the MCP server {self.definition.name} sent a broken stream: {exc}") from None
         except ValueError as exc:  # a header with a line break, a bad URL
             raise McpError(f"the MCP server {self.definition.name} cannot be reached: {exc}") from None
+
+    async def _read_json(self, response) -> None:
+        """A JSON answer: whole up to WHOLE_LINE_BYTES, skimmed past that. Raises McpError for
+        a long one that cannot be read, and what next_piece raises."""
+        body = bytearray()
+        skimmer: Skimmer | None = None
+        async for piece in response.iter_bytes():
+            if skimmer is not None:
+                skimmer.feed(piece)
+            else:
+                body += piece
+                if len(body) > WHOLE_LINE_BYTES:
+                    skimmer = Skimmer()
+                    skimmer.feed(body)
+                    body = bytearray()
+            await asyncio.sleep(0)  # buffered reads do not yield; let other tasks run
+        if skimmer is None:
+            self._deliver_json(bytes(body))
+            return
+        try:
+            self.received(skimmed_message(skimmer))
+        except ValueError as exc:
+            raise McpError(f"the MCP server {self.definition.name} {exc}") from None
 
     async def close(self) -> None:
         if self.session_id:
