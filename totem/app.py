@@ -32,6 +32,11 @@ if TYPE_CHECKING:
     from .sandbox import Sandbox
 
 STATIC_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "static")
+# How long a thread holds the interpreter while another waits for it. The event loop shares it
+# with worker threads (a long session's request is built on one, agent/loop.py) and waits for it
+# again after each system call: at Python's default of 5 ms, a small request waited 60-90 ms
+# while a prompt started in a 5,000-message session, 25-35 ms at 1 ms (bench/long_prompt.py).
+SWITCH_INTERVAL_S = 0.001
 
 log = logging.getLogger("totem")
 
@@ -260,6 +265,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--config", default=default_config_path(), help="the configuration file (config.ini)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     try:
         config = load_config(args.config)
     except ConfigError as exc:

@@ -391,19 +391,17 @@ class Runs:
         window = target.context or target.kind.default_context
         messages = await self._messages(run)
         try:
-            messages, pruned = fit_window(messages, tools, window, known=bool(target.context), sizes=run.sizes)
+            body, run.pruned = await asyncio.to_thread(_fitted_body, run, target, messages, tools, window,
+                                                       bool(target.context))
         except ContextFull:
             # Pruning was not enough: the model summarizes the conversation once, and the
             # request is built again from the summary; still too big ends the run, never a loop.
             await self._compact(run, target, messages, window)
             try:
-                messages, pruned = fit_window(await self._messages(run), tools, window, known=True, sizes=run.sizes)
+                body, run.pruned = await asyncio.to_thread(_fitted_body, run, target, await self._messages(run),
+                                                           tools, window, True)
             except ContextFull as exc:
                 raise ProviderError(f"{exc} (after compacting the conversation)", retry=False) from None
-        run.pruned = pruned
-        body = target.kind.request_body(target, messages, tools, run.prompt.reasoning)
-        if run.limits.get("temperature") is not None:
-            target.kind.set_temperature(body, run.limits["temperature"])
         return body
 
 
@@ -419,12 +417,16 @@ class Runs:
             run.system = await system_message(self.system_template, run.asker.root, run.marker)
             if run.prompt.instructions:  # the prompt's agent (project_commands.py)
                 run.system = run.system | {"content": run.system["content"] + run.prompt.instructions}
-        return [run.system] + history_messages(history, attachments, run.marker, run.messageid, run.converted)
+        # Converting a long history takes a tenth of a second and more: never on the loop.
+        converted = await asyncio.to_thread(history_messages, history, attachments, run.marker, run.messageid,
+                                            run.converted)
+        return [run.system] + converted
 
     async def _compact(self, run: _Run, target, messages: list[dict], window: int) -> None:
         """A summary of the conversation by the session's model, without tools, stored as an
         assistant message marked `compaction` that the person reads like any answer."""
-        body = target.kind.request_body(target, compaction_messages(messages, window), [], None)
+        transcript = await asyncio.to_thread(compaction_messages, messages, window)
+        body = target.kind.request_body(target, transcript, [], None)
         # Marked `compacting` until it ends well: a summary cut by an abort, an error or a kill
         # is dropped from the history (context.history_messages), never sent as an answer.
         _calls, parts = await self.answers.stream(run.session["id"], run.prompt.model, target, body,
@@ -448,6 +450,21 @@ def _log_end_failure(exc: BaseException, what: str) -> None:
         log.warning("%s: the disk is full", what)  # one line: the store said why once
     else:
         log.exception(what)
+
+
+def _fitted_body(run: _Run, target, messages: list[dict], tools: list[dict], window: int,
+                 known: bool) -> tuple[dict, int]:
+    """`(body, pruned)`: the request of a step, its messages fitted to the window, and its
+    messages' JSON kept in the run's encoder for the request to send. It walks, copies and
+    encodes the whole history (a tenth of a second and more in a session of thousands of
+    messages), so it runs on a thread, never on the loop; it touches only what the run's
+    own step owns while it waits (the run's sizes and encoder). Raises ContextFull."""
+    messages, pruned = fit_window(messages, tools, window, known=known, sizes=run.sizes)
+    body = target.kind.request_body(target, messages, tools, run.prompt.reasoning)
+    if run.limits.get("temperature") is not None:
+        target.kind.set_temperature(body, run.limits["temperature"])
+    run.encoder.encode_pieces(body)  # the request then encodes only its head
+    return body, pruned
 
 
 def _canonical(arguments: str) -> str:

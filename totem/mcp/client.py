@@ -5,11 +5,14 @@ SUPPORTED_VERSIONS, then `notifications/initialized`), requests with a timeout e
 that times out is cancelled with `notifications/cancelled`), answering the server's own `ping`
 (and -32601 for its other requests), the tool list with its pages, `tools/call`, and the
 transports: stdio (newline-delimited JSON through runner.spawn_server, stderr kept for the error
-message, stdout lines that are not JSON skipped), Streamable HTTP (JSON or SSE answers, the
-session id and protocol version headers, DELETE at the end) and the older HTTP+SSE transport,
-tried when a Streamable HTTP `initialize` is refused with 400, 404 or 405. Wire details follow
-`shared/fixtures/mcp.md`. A server that exits or stops answering ends every waiting request with
-McpError, whose text the model or the person can act on.
+message, stdout lines that are not JSON skipped, a line longer than WHOLE_LINE_BYTES read by a
+skimmer.Skimmer in bounded memory, its long texts cut, so that a result of any size neither ends
+the server nor fills the memory), Streamable HTTP (JSON answers, skimmed the same way past
+WHOLE_LINE_BYTES, or SSE ones; the session id and protocol version headers, DELETE at the end)
+and the older HTTP+SSE transport, tried when a Streamable HTTP `initialize` is refused with 400,
+404 or 405. Wire details follow `shared/fixtures/mcp.md`. A server that exits or stops
+answering ends every waiting request with McpError, whose text the model or the person can act
+on.
 
 Must not: decide whether a server may start or a tool may be called (the agent asks), read
 project files, or trust anything the server sends beyond its framing (the caller sanitizes names
@@ -30,6 +33,7 @@ from .. import runner
 from ..agent.provider_errors import ProviderError
 from ..agent.sse import SseDecoder, StreamFormatError
 from .definitions import ServerDefinition
+from .skimmer import Skimmer
 
 log = logging.getLogger("totem.mcp")
 
@@ -39,7 +43,10 @@ START_TIMEOUT_S = 30.0  # to start and finish the handshake
 REQUEST_TIMEOUT_S = 30.0  # tools/list and the other small requests
 CALL_TIMEOUT_S = 120.0  # a tool call, unless the caller gives its own
 STOP_GRACE_S = 2.0
-MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+# A stdio line or an HTTP JSON answer up to this is parsed whole; a longer one is skimmed as it
+# comes (its strings cut to what the model could be shown, at most a few MB kept), never kept whole.
+WHOLE_LINE_BYTES = 4 * 1024 * 1024
+ASK_FOR_LESS = "ask the tool for less at a time (a smaller range, a page, a filter)"
 MAX_TOOL_PAGES = 20
 MAX_TOOLS = 500
 CLIENT_INFO = {"name": "totem", "version": "1"}
@@ -87,7 +94,8 @@ class McpClient:
         try:
             async with asyncio.timeout(timeout_s):
                 if self.definition.transport == "stdio":
-                    await self._open(StdioChannel(self.definition, root, self._received, self._lost, confine))
+                    await self._open(StdioChannel(self.definition, root, self._received, self._lost, confine,
+                                                  self._unreadable))
                 elif self.definition.transport == "sse":
                     await self._open(SseChannel(self.definition, self._received, self._lost))
                 else:
@@ -222,6 +230,15 @@ class McpClient:
             task = asyncio.ensure_future(self._channel.send(answer))
             task.add_done_callback(_ignore_failure)
 
+    def _unreadable(self, reason: str) -> None:
+        """The server sent a message that names no request (its id could not be read): with one
+        request waiting, it is that one's answer, which fails with `reason`."""
+        waiting = [waiter for waiter in self._pending.values() if not waiter.done()]
+        if len(waiting) == 1:
+            waiting[0].set_exception(McpError(f"the MCP server {self.name} {reason}"))
+        else:
+            log.info("%s %s", self.name, reason)
+
     def _lost(self, reason: str) -> None:
         if self._ended is None:
             self._ended = reason
@@ -234,6 +251,21 @@ def _http():
     """The HTTP client, loaded with the first remote server (not at start-up)."""
     from ..agent import client
     return client
+
+
+def skimmed_message(skimmer: Skimmer) -> object:
+    """The message of a line or body longer than WHOLE_LINE_BYTES, its long texts cut. Raises
+    ValueError with what to say to the request that waits (not JSON, no id to answer)."""
+    size = f"{skimmer.size / (1024 * 1024):.1f} MB"
+    try:
+        message = skimmer.finish()
+    except ValueError as exc:
+        raise ValueError(f"sent an answer of {size} that is not valid JSON ({exc}); {ASK_FOR_LESS}") from None
+    if isinstance(message, dict) and "method" not in message and "id" not in message:
+        raise ValueError(f"sent an answer of {size} whose request could not be told (no id was read); "
+                         f"{ASK_FOR_LESS}")
+    log.info("an MCP server sent a message of %s; its long texts were cut", size)
+    return message
 
 
 def _ignore_failure(task: asyncio.Future) -> None:
@@ -261,14 +293,17 @@ class StdioChannel(_Channel):
     """A program of the project, one JSON message per line on its stdin and stdout."""
 
     def __init__(self, definition: ServerDefinition, root: str, received: Callable[[object], None],
-                 lost: Callable[[str], None], confine: runner.Confine | None = None):
+                 lost: Callable[[str], None], confine: runner.Confine | None = None,
+                 unreadable: Callable[[str], None] | None = None):
         self.definition = definition
         self.root = root
         self.confine = confine
         self.received = received
         self.lost = lost
+        self.unreadable = unreadable or (lambda reason: log.info("%s %s", definition.name, reason))
         self.child: runner.ServerChild | None = None
-        self.buffer = bytearray()
+        self.buffer = bytearray()  # the line so far, up to WHOLE_LINE_BYTES
+        self.skimmer: Skimmer | None = None  # past that, what reads the rest of the line
         self.watch: asyncio.Task | None = None
 
     async def open(self) -> None:
@@ -294,22 +329,52 @@ class StdioChannel(_Channel):
         self.lost(f"it exited (status {status})" + (f"; it said: {said[-400:]}" if said else ""))
 
     def _feed(self, data: bytes) -> None:
-        self.buffer += data
-        while (end := self.buffer.find(b"\n")) >= 0:
-            line = bytes(self.buffer[:end]).strip()
-            del self.buffer[:end + 1]
-            if not line:
-                continue
-            try:
-                self.received(json.loads(line))
-            except ValueError:
-                log.info("%s wrote a line that is not JSON: %.120r", self.definition.name, line)
-        if len(self.buffer) > MAX_MESSAGE_BYTES:
-            self.buffer.clear()
-            self.lost(f"it sent a message larger than {MAX_MESSAGE_BYTES // (1024 * 1024)} MB")
-            if self.child is not None:
-                task = asyncio.ensure_future(runner.end_server(self.child, STOP_GRACE_S))
-                task.add_done_callback(_ignore_failure)
+        start = 0
+        while (end := data.find(b"\n", start)) >= 0:  # only the new bytes are searched
+            self._take(data[start:end])
+            self._line_end()
+            start = end + 1
+        if start < len(data):
+            self._take(data[start:])
+
+    def _take(self, piece: bytes) -> None:
+        if self.skimmer is not None:
+            self.skimmer.feed(piece)
+            return
+        self.buffer += piece
+        if len(self.buffer) > WHOLE_LINE_BYTES:
+            self.skimmer = Skimmer()
+            self.skimmer.feed(self.buffer)
+            self.buffer = bytearray()
+
+    def _line_end(self) -> None:
+        skimmer, self.skimmer = self.skimmer, None
+        if skimmer is not None:
+            self._skimmed(skimmer)
+            return
+        line = bytes(self.buffer).strip()
+        self.buffer.clear()
+        if not line:
+            return
+        try:
+            message = json.loads(line)
+        except ValueError:
+            log.info("%s wrote a line that is not JSON: %.120r", self.definition.name, line)
+            return
+        self.received(message)
+
+    def _skimmed(self, skimmer: Skimmer) -> None:
+        """A line longer than WHOLE_LINE_BYTES, read: its message, or the reason it could not
+        be read for the request that waits."""
+        try:
+            message = skimmed_message(skimmer)
+        except ValueError as exc:
+            if skimmer.began_object:  # an answer, not a program's banner or log line
+                self.unreadable(str(exc))
+            else:
+                log.info("%s wrote a line of %d bytes that is not JSON", self.definition.name, skimmer.size)
+            return
+        self.received(message)
 
     async def send(self, message: dict) -> None:
         if self.child is None:
@@ -401,13 +466,36 @@ class HttpChannel(_HttpBase):
                     async for piece in response.iter_bytes():
                         self._deliver_events(decoder, piece)
                 else:
-                    self._deliver_json(await response.read(MAX_MESSAGE_BYTES))
+                    await self._read_json(response)
         except ProviderError as exc:
             raise self._failed(exc) from None
         except StreamFormatError as exc:
             raise McpError(f"the MCP server {self.definition.name} sent a broken stream: {exc}") from None
         except ValueError as exc:  # a header with a line break, a bad URL
             raise McpError(f"the MCP server {self.definition.name} cannot be reached: {exc}") from None
+
+    async def _read_json(self, response) -> None:
+        """A JSON answer: whole up to WHOLE_LINE_BYTES, skimmed past that. Raises McpError for
+        a long one that cannot be read, and what next_piece raises."""
+        body = bytearray()
+        skimmer: Skimmer | None = None
+        async for piece in response.iter_bytes():
+            if skimmer is not None:
+                skimmer.feed(piece)
+            else:
+                body += piece
+                if len(body) > WHOLE_LINE_BYTES:
+                    skimmer = Skimmer()
+                    skimmer.feed(body)
+                    body = bytearray()
+            await asyncio.sleep(0)  # buffered reads do not yield; let other tasks run
+        if skimmer is None:
+            self._deliver_json(bytes(body))
+            return
+        try:
+            self.received(skimmed_message(skimmer))
+        except ValueError as exc:
+            raise McpError(f"the MCP server {self.definition.name} {exc}") from None
 
     async def close(self) -> None:
         if self.session_id:

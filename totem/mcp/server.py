@@ -2,7 +2,9 @@
 
 Owns the protocol: JSON-RPC 2.0 messages (one, or a batch under revision 2025-03-26), version
 negotiation (2025-03-26, 2025-06-18 and 2025-11-25 echoed, the latest offered otherwise), MCP
-sessions (`Mcp-Session-Id` issued by `initialize`, 404 for an unknown one, ended by `DELETE`),
+sessions (`Mcp-Session-Id` issued by `initialize`, 404 for an unknown or expired one, ended by
+`DELETE` or after SESSION_IDLE_S without a request; past MAX_SESSIONS live ones a new
+`initialize` gets 503 with Retry-After, and no live session is ever evicted for it),
 `ping`, the `server/discover` probe of newer clients answered "method not found" so that they
 fall back to `initialize`, and exactly eight tools that call the same services as the REST API.
 An answer is JSON, or one SSE event when the client accepts only a stream; notifications get
@@ -22,6 +24,7 @@ authenticate (the route checks the caller first: auth.Perimeter.authenticate_mcp
 from __future__ import annotations
 
 import json
+import math
 import secrets
 import time
 from collections import OrderedDict
@@ -38,7 +41,8 @@ VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26")
 BATCH_VERSION = "2025-03-26"
 PROBE = "server/discover"
 MAX_BODY_BYTES = 4 * 1024 * 1024
-MAX_SESSIONS = 256
+MAX_SESSIONS = 256  # live MCP sessions; one more initialize waits (503) until one ends
+SESSION_IDLE_S = 30 * 60.0  # an MCP session without a request this long has ended
 SERVER_INFO = {"name": "totem", "version": "0.1.0"}
 INSTRUCTIONS = ("Totem is a coding agent. Create a session in a project and prompt it; file changes and "
                 "commands are approved by the person in the Totem screen (Sessions_read shows what waits).")
@@ -47,6 +51,7 @@ SSE_TYPE = "text/event-stream"
 
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = (
     -32700, -32600, -32601, -32602, -32603)
+SERVER_BUSY = -32000  # JSON-RPC's range for the server's own errors: no room for a new MCP session
 
 _ID = {"type": "string", "minLength": 1, "maxLength": 64}
 
@@ -120,16 +125,51 @@ class RpcError(Exception):
 @dataclass
 class _Session:
     version: str
-    created: float
+    used: float  # the clock at its last request
 
 
 class McpServer:
-    """The MCP route of one Totem."""
+    """The MCP route of one Totem. `max_sessions`, `idle_s` and `clock` (monotonic seconds)
+    bound the MCP sessions; they are attributes, so a test can narrow them."""
 
-    def __init__(self, services, tools: tuple[McpTool, ...] = TOOLS):
+    def __init__(self, services, tools: tuple[McpTool, ...] = TOOLS, max_sessions: int = MAX_SESSIONS,
+                 idle_s: float = SESSION_IDLE_S, clock: Callable[[], float] = time.monotonic):
         self.services = services
         self.tools = {tool.name: tool for tool in tools}
+        self.max_sessions = max_sessions
+        self.idle_s = idle_s
+        self.clock = clock
+        # Least recently used first: the expired ones are found at the front.
         self._sessions: OrderedDict[str, _Session] = OrderedDict()
+
+    # -- MCP sessions --------------------------------------------------------------------
+
+    def _expire(self) -> None:
+        """Forget the sessions idle for longer than idle_s."""
+        deadline = self.clock() - self.idle_s
+        while self._sessions:
+            sessionid, session = next(iter(self._sessions.items()))
+            if session.used >= deadline:
+                break
+            del self._sessions[sessionid]
+
+    def _use(self, sessionid: str) -> _Session | None:
+        """The live session of this id, its idle time starting again; None when unknown or expired."""
+        self._expire()
+        session = self._sessions.get(sessionid)
+        if session is not None:
+            session.used = self.clock()
+            self._sessions.move_to_end(sessionid)
+        return session
+
+    def _retry_after(self) -> int | None:
+        """None while a new session has room; else the seconds until the least recently used
+        session expires (when it stays idle)."""
+        self._expire()
+        if len(self._sessions) < self.max_sessions:
+            return None
+        oldest = next(iter(self._sessions.values()))
+        return max(1, math.ceil(oldest.used + self.idle_s - self.clock()))
 
     # -- HTTP ---------------------------------------------------------------------------
 
@@ -140,8 +180,9 @@ class McpServer:
             sessionid = request.header("mcp-session-id")
             if sessionid is None:
                 return _rpc_response(_error(None, INVALID_REQUEST, "Mcp-Session-Id is required"), 400)
-            if self._sessions.pop(sessionid, None) is None:
+            if self._use(sessionid) is None:
                 return _rpc_response(_error(None, INVALID_REQUEST, "no such MCP session"), 404)
+            del self._sessions[sessionid]
             return Response(204)
         if request.method != "POST":
             return Response(405, b"", None, [("Allow", "POST, DELETE")])
@@ -172,13 +213,19 @@ class McpServer:
         if initializing:
             if batch:
                 return _rpc_response(_error(None, INVALID_REQUEST, "initialize cannot be in a batch"), 400)
+            wait = self._retry_after()
+            if wait is not None:  # a live session is never evicted for a new one
+                return _rpc_response(_error(_id_of(message), SERVER_BUSY, (
+                    f"Totem serves {self.max_sessions} MCP sessions at most and all are in use; try again "
+                    f"in {wait} s (a session ends with DELETE or after {self.idle_s / 60:g} minutes idle)")),
+                    503, [("Retry-After", str(wait))])
         else:
             sessionid = request.header("mcp-session-id")
             if sessionid is None:
                 return _rpc_response(_error(None, INVALID_REQUEST, "Mcp-Session-Id is required; initialize first"),
                                      400)
-            session = self._sessions.get(sessionid)
-            if session is None:
+            session = self._use(sessionid)
+            if session is None:  # unknown or expired: the client initializes again (the specification)
                 return _rpc_response(_error(None, INVALID_REQUEST, "no such MCP session; initialize again"), 404)
             announced = request.header("mcp-protocol-version")
             if announced is not None and announced not in VERSIONS:
@@ -241,9 +288,7 @@ class McpServer:
         offered = params.get("protocolVersion")
         version = offered if offered in VERSIONS else VERSIONS[0]
         sessionid = secrets.token_hex(16)
-        self._sessions[sessionid] = _Session(version, time.monotonic())
-        while len(self._sessions) > MAX_SESSIONS:
-            self._sessions.popitem(last=False)
+        self._sessions[sessionid] = _Session(version, self.clock())
         headers.append(("Mcp-Session-Id", sessionid))
         return {"protocolVersion": version, "capabilities": {"tools": {"listChanged": False}},
                 "serverInfo": SERVER_INFO, "instructions": INSTRUCTIONS}

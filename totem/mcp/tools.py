@@ -19,6 +19,7 @@ import json
 import re
 import unicodedata
 
+from ..agent.calls import MAX_TOOL_OUTPUT_CHARS
 from ..permissions import CALL, TEXT, ToolKind
 from ..tools import Tool, ToolContext, ToolError, ToolResult
 from .client import McpClient, McpError
@@ -132,6 +133,8 @@ class McpTool(Tool):
             raise ToolError(f"{exc}; the call may be tried again later or done another way") from None
         text = result_text(result)
         if result.get("isError") is True:
+            if len(text) > MAX_TOOL_OUTPUT_CHARS:  # as a result's output is cut (agent/calls.py)
+                text = text[:MAX_TOOL_OUTPUT_CHARS] + f"\n[output cut at {MAX_TOOL_OUTPUT_CHARS} characters]"
             raise ToolError(f"{self.server}/{self.remote_name} failed: {text}")
         return ToolResult(text, title=f"{self.server}/{self.remote_name}",
                           data={"server": self.server, "tool": self.remote_name})
@@ -203,7 +206,8 @@ def result_text(result: dict) -> str:
         if kind == "text" and isinstance(block.get("text"), str):
             lines.append(block["text"])
         elif kind in ("image", "audio"):
-            size = len(block.get("data") or "") * 3 // 4
+            data = block.get("data") or ""
+            size = getattr(data, "size", len(data)) * 3 // 4  # a long one was cut as it came (skimmer.py)
             lines.append(f"[{kind} {clean_text(block.get('mimeType'), 60)}, about {size} bytes, not shown]")
         elif kind == "resource" and isinstance(block.get("resource"), dict):
             resource = block["resource"]
