@@ -153,7 +153,13 @@ class FakeStore:
 
     def __init__(self, rows: dict[str, dict]):
         self.rows = rows
-        self.reads: list[str] = []
+        self.looks: list[str] = []  # attachment_info: name, type and size
+        self.reads: list[str] = []  # get_attachment: the content too
+
+    async def attachment_info(self, attachmentid: str) -> dict | None:
+        self.looks.append(attachmentid)
+        row = self.rows.get(attachmentid)
+        return None if row is None else {key: row[key] for key in ("name", "mime")} | {"size": len(row["data"])}
 
     async def get_attachment(self, attachmentid: str) -> dict | None:
         self.reads.append(attachmentid)
@@ -174,11 +180,23 @@ def test_run_attachments_encode_each_once():
         return [await attachments.by_message(store, history, MARKER) for _ in range(3)]
 
     first, second, third = asyncio.run(steps())
-    assert (store.reads, attachments.encoded) == (["a1", "a2", "gone"], 2)
+    assert (store.looks, store.reads, attachments.encoded) == (["a1", "a2", "gone"], ["a1", "a2"], 2)
     assert list(first) == ["u1"] and len(first["u1"]) == 2
     assert all(a is b is c for a, b, c in zip(first["u1"], second["u1"], third["u1"], strict=True))
     assert first["u1"][0] == {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw=="}}
     assert f"<data-{MARKER} " in first["u1"][1]["text"]
+
+
+def test_run_attachments_a_big_file_only_named_is_never_read():
+    """A file that is neither an image nor small enough to inline is named from its size and
+    type: its content is never read back from the store."""
+    rows = {"big": {"name": "dump.bin", "mime": "application/octet-stream", "data": b"x" * (300 * 1024)}}
+    history = [{"id": "u1", "role": "user", "data": {"attachments": [{"id": "big"}]},
+                "parts": [{"kind": "text", "text": "hi"}]}]
+    store, attachments = FakeStore(rows), RunAttachments()
+    found = asyncio.run(attachments.by_message(store, history, MARKER))
+    assert (store.looks, store.reads) == (["big"], [])
+    assert found["u1"][0]["text"] == "[attached file dump.bin (application/octet-stream, 307200 bytes) is not text and is not shown]"
 
 
 def test_call_arguments_from_input_or_text():
