@@ -219,6 +219,27 @@ class MigrationTest(unittest.IsolatedAsyncioTestCase):
             row = conn.execute("SELECT id, name, error FROM sessions").fetchone()
             self.assertEqual(tuple(row), ("s", "n", None))
 
+    def test_migrate_moves_attachment_content_last_and_keeps_it(self):
+        """Schema 12 puts an attachment's content last in its row (where sqlite keeps a zeroblob
+        lazy); the attachments stored before keep every value."""
+        with contextlib.closing(connect(self.path)) as conn:
+            conn.executescript("".join(MIGRATIONS[:11]) + "; PRAGMA user_version = 11;")
+            conn.execute("INSERT INTO projects (id, path, name, created, opened) VALUES ('p', '/x', 'x', 1, 1)")
+            conn.execute("INSERT INTO sessions (id, projectid, name, created, updated) VALUES ('s', 'p', 'n', 1, 1)")
+            conn.execute("INSERT INTO messages (id, sessionid, role, created) VALUES ('m', 's', 'user', 1)")
+            conn.execute("INSERT INTO attachments (id, sessionid, messageid, name, mime, size, data, created) "
+                         "VALUES ('a', 's', 'm', 'f.bin', 'application/octet-stream', 3, x'010203', 7)")
+        with contextlib.closing(connect(self.path)) as conn:
+            self.assertEqual(migrate(conn), len(MIGRATIONS))
+            columns = [row[1] for row in conn.execute("PRAGMA table_info(attachments)")]
+            self.assertEqual(columns[-1], "data")
+            row = conn.execute("SELECT id, sessionid, messageid, name, mime, size, data, created FROM attachments")
+            self.assertEqual(tuple(row.fetchone()), ("a", "s", "m", "f.bin", "application/octet-stream", 3,
+                                                     b"\x01\x02\x03", 7))
+            self.assertEqual(conn.execute("PRAGMA foreign_key_check").fetchall(), [])
+            conn.execute("DELETE FROM sessions")
+            self.assertEqual(conn.execute("SELECT count(*) FROM attachments").fetchone()[0], 0)  # still cascades
+
     async def test_store_reopen_keeps_data(self):
         """Opening the store again on the same folder migrates nothing and keeps the rows."""
         store = Store(self.tmp)

@@ -265,6 +265,25 @@ MIGRATIONS = (
     """
     ALTER TABLE sessions ADD COLUMN restoring TEXT;
     """,
+    # 12: an attachment's content last in its row: sqlite keeps a zeroblob lazy only as the last
+    # value of a record, and the content is written into one in steps (a column after it made
+    # sqlite fill 15 MB of zeros in memory, twice).
+    """
+    CREATE TABLE attachments_moved (
+        id TEXT PRIMARY KEY,
+        sessionid TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        messageid TEXT REFERENCES messages(id) ON DELETE CASCADE,
+        name TEXT NOT NULL,
+        mime TEXT NOT NULL,
+        size INTEGER NOT NULL,
+        created INTEGER NOT NULL,
+        data BLOB NOT NULL
+    );
+    INSERT INTO attachments_moved (id, sessionid, messageid, name, mime, size, created, data)
+        SELECT id, sessionid, messageid, name, mime, size, created, data FROM attachments;
+    DROP TABLE attachments;
+    ALTER TABLE attachments_moved RENAME TO attachments;
+    """,
 )
 
 
