@@ -13,7 +13,11 @@ the first of those changes; a file whose content is not what Totem left is a con
 it is unless `force`. Redo puts back what the last undo replaced (one level); a new prompt
 forgets it (Sessions.prompt drops the messages taken back).
 
-Must not: parse HTTP, or restore files any other way than `Snapshots.restore`.
+Undo, redo and Save as are journaled in the session before they touch a file, and `recover`
+completes at start what a kill interrupted.
+
+Must not: parse HTTP, or restore files any other way than through `Snapshots` (plan_restore,
+apply_restore, complete_restore).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import contextlib
 import json
 import logging
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TypeVar
 
 from . import boundary
@@ -159,10 +163,7 @@ class Changes:
         """Restore as a transaction: the plan is stored as the session's journal before the first
         file is touched, and the outcome recorded with the journal cleared in one write, so that
         a kill at any instant is completed by the next start (`recover`)."""
-        if sessionid in self._busy:
-            raise Conflict(("session", "an undo, redo or Save as of this session is in progress; wait for it"))
-        self._busy.add(sessionid)
-        try:
+        with self._alone(sessionid):
             projectid, root = journal["projectid"], journal["root"]
             plan = await _unless_full(self.snapshots.folder, asyncio.to_thread(
                 self.snapshots.plan_restore, projectid, root, targets, force))
@@ -170,8 +171,6 @@ class Changes:
                 await self.store.set_restoring(sessionid, json.dumps(journal | {"plan": plan.to_json()}))
             done = await asyncio.to_thread(self.snapshots.apply_restore, projectid, root, plan)
             row = await self._record(sessionid, journal, done)
-        finally:
-            self._busy.discard(sessionid)
         self._announce(sessionid, row, done.restored)
         return done
 
@@ -254,9 +253,23 @@ class Changes:
                 problems.append(("pinned", f"{relative} is run by the MCP server {server}, approved to start "
                                            "without asking; a change would run without a question"))
             raise Conflict(problems)
+        with self._alone(sessionid):
+            await self._save(sessionid, projectid, root, messageid, absolute, relative, data)
+        return {"path": relative, "created": not exists, "bytes": len(data)}
+
+    @contextlib.contextmanager
+    def _alone(self, sessionid: str) -> Iterator[None]:
+        """One undo, redo or Save as of a session at a time (its journal is one). Raises Conflict."""
         if sessionid in self._busy:
             raise Conflict(("session", "an undo, redo or Save as of this session is in progress; wait for it"))
         self._busy.add(sessionid)
+        try:
+            yield
+        finally:
+            self._busy.discard(sessionid)
+
+    async def _save(self, sessionid: str, projectid: str, root: str, messageid: str, absolute: str,
+                    relative: str, data: bytes) -> None:
         try:
             priors = await _unless_full(self.snapshots.folder, asyncio.to_thread(
                 self.snapshots.keep_before, projectid, root, [relative]))
@@ -276,9 +289,6 @@ class Changes:
             raise StorageFull(exc.folder) from None
         except ToolError as exc:
             raise BadRequest(("path", str(exc))) from None
-        finally:
-            self._busy.discard(sessionid)
-        return {"path": relative, "created": not exists, "bytes": len(data)}
 
     async def _complete_save(self, sessionid: str, journal: dict) -> None:
         """A Save as a kill interrupted: its change recorded when it landed (unless it was),
