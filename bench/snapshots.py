@@ -1,4 +1,4 @@
-"""The cost of the tree captures that bracket a command (totem/snapshots.py), on a project of
+"""The cost of the tree captures that bracket a command (totem/workspace/snapshots.py), on a project of
 20,000 files: the issue's target is that a step that changes nothing adds under 50 ms.
 
 A temporary project is written: 20,000 small source files of distinct content in 200 folders,
@@ -37,9 +37,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from totem import snapshots as snapshots_module
-from totem.snapshots import SHADOW_DIR, Scope, Snapshots
 from totem.store import Store
+from totem.workspace import snapshots as snapshots_module
+from totem.workspace.snapshots import SHADOW_DIR, Scope, Snapshots
 
 FOLDERS = 200  # 20 packages of 10 modules each
 FILES_PER_FOLDER = 100

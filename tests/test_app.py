@@ -30,14 +30,14 @@ def test_startup_line_names_the_sign_in_address_with_a_token():
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # What the first request (Account|read, a page, the sign-in) must not load: the core and its parts.
-CORE_MODULES = ("totem.core", "totem.agent.loop", "totem.agent.providers", "totem.sessions", "totem.snapshots",
-                "totem.tools", "totem.runner", "totem.api.sessions")
+CORE_MODULES = ("totem.core", "totem.agent.loop", "totem.agent.providers", "totem.services.sessions", "totem.workspace.snapshots",
+                "totem.tools", "totem.process.runner", "totem.http.api.sessions")
 
 
 def test_what_answers_the_first_request_loads_without_the_core():
     """The composition root, the routes and Account|read import none of the core's modules:
     they load in a worker thread once the server listens."""
-    code = ("import sys, totem.app, totem.routes, totem.api.account, totem.websocket; "
+    code = ("import sys, totem.app, totem.http.routes, totem.http.api.account, totem.http.websocket; "
             f"print(','.join(m for m in {CORE_MODULES!r} if m in sys.modules))")
     loaded = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert loaded.stdout.strip() == "", loaded.stdout

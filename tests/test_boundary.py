@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from totem import boundary
+from totem.security import boundary
 
 PROTECTED = [
     # .env and .env.* in any folder, compared without case

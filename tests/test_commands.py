@@ -11,7 +11,7 @@ import time
 from tests.model_server import reply
 from tests.test_loop import KEY, LoopCase
 from tests.utils import MS, call, next_event
-from totem.runner import group_running
+from totem.process.runner import group_running
 
 
 def tool_results(request):

@@ -1,4 +1,4 @@
-"""The sandbox's launcher (totem/confine.py) run as the server runs it, `python -I -S confine.py
+"""The sandbox's launcher (totem/security/confine.py) run as the server runs it, `python -I -S confine.py
 [options] -- argv`: each option against a control without it, and the refusals that stop a
 launch before anything runs. A feature the kernel lacks skips with the reason."""
 
@@ -14,7 +14,7 @@ import textwrap
 import unittest
 import uuid
 
-from totem import confine
+from totem.security import confine
 
 LAUNCHER = os.path.abspath(confine.__file__)
 PYTHON = os.path.realpath(sys.executable)

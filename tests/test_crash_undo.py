@@ -15,9 +15,10 @@ import time
 from tests.model_server import ScriptedModel, reply
 from tests.test_crash import ProcessCase
 from tests.utils import MS, call
-from totem.snapshots import SNAPSHOTS_DIR, Blobs
-from totem.store import DATABASE_FILE, IdMaker
+from totem.clock import IdMaker
+from totem.store import DATABASE_FILE
 from totem.tools.files import is_temp_name
+from totem.workspace.snapshots import SNAPSHOTS_DIR, Blobs
 
 FILES = 400
 TRIALS = 4

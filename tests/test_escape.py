@@ -53,16 +53,16 @@ CONTROLS: dict[str, Run] = {}
 
 
 def sandbox_module():
-    """totem.sandbox, or None before it exists."""
-    if importlib.util.find_spec("totem.sandbox") is None:
+    """totem.security.sandbox, or None before it exists."""
+    if importlib.util.find_spec("totem.security.sandbox") is None:
         return None
-    return importlib.import_module("totem.sandbox")
+    return importlib.import_module("totem.security.sandbox")
 
 
 # The sandbox's own probe, run as the account the server runs as: what it says is missing.
 PROBE = """
 import asyncio, json, sys
-from totem import sandbox
+from totem.security import sandbox
 kernel = asyncio.run(sandbox.probe(*sys.argv[1:]))
 print(json.dumps(sandbox.missing_protections(kernel, True)))
 """
@@ -75,7 +75,7 @@ def sandbox_missing(account, search_path: str | None = None) -> str | None:
     """Why commands of a server run as `account` cannot be wholly confined here (None: they
     can), by the sandbox's own probe (bwrap looked for in `search_path`, else its default)."""
     if sandbox_module() is None:
-        return "totem.sandbox does not exist yet: only the control runs"
+        return "totem.security.sandbox does not exist yet: only the control runs"
     env = {"PATH": SERVER_PATH, "HOME": "/", **dict(account.env)}
     done = subprocess.run([*account.prefix, account.python, "-c", PROBE, *([search_path] if search_path else [])],
                           cwd=ROOT, env=env,

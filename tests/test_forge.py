@@ -13,7 +13,7 @@ from tests.model_server import reply
 from tests.test_loop import LoopCase
 from tests.tools.test_fetch import Server, answer, response
 from tests.utils import call, run_ended
-from totem.forge import ForgeDocs, parse_index, search
+from totem.workspace.forge import ForgeDocs, parse_index, search
 
 INDEX = """# Total.js
 > The documentation of the Total.js framework.

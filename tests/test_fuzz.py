@@ -27,7 +27,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tests.utils import TOKEN, request, running_totem
-from totem.routes import action_table
+from totem.http.routes import action_table
 
 EXAMPLES_PER_ACTION = 40
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

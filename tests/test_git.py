@@ -19,8 +19,8 @@ import unittest
 from unittest import mock
 
 from tests.utils import MS, TotemCase, call
-from totem import runner
-from totem.git import (
+from totem.process import runner
+from totem.workspace.git import (
     SAFE_OPTIONS,
     GitError,
     GitRefusedError,

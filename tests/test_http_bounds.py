@@ -23,10 +23,10 @@ from hypothesis import given, settings, strategies as st
 
 from tests.model_server import ScriptedModel, reply
 from tests.utils import MS, TotemCase, call
-from totem import httpd
-from totem.api import sessions as sessions_api
-from totem.httpd import WRITE_CHUNK_BYTES, encode_json, encode_json_pieces, release_memory, write_chunks
-from totem.sessions import DEFAULT_SESSION_PAGE, MESSAGE_PAGE_BYTES
+from totem.http import httpd
+from totem.http.api import sessions as sessions_api
+from totem.http.httpd import WRITE_CHUNK_BYTES, encode_json, encode_json_pieces, release_memory, write_chunks
+from totem.services.sessions import DEFAULT_SESSION_PAGE, MESSAGE_PAGE_BYTES
 
 MB = 1024 * 1024
 KEY = "sk-test-bounds-0123456789"

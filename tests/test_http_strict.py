@@ -13,10 +13,10 @@ from websockets.exceptions import InvalidStatus
 from tests.test_perimeter import ANSWER_MS, EVIL_ORIGIN, Case, bearer, connection, exchange, head, origin_of
 from tests.utils import MS, TOKEN, call, open_ws, read_answer, request
 from totem.app import STATIC_DIR
-from totem.auth import parse_origin
 from totem.errors import BadRequest, UnsupportedMediaType
-from totem.httpd import Request, check_json_type
-from totem.routes import action_table
+from totem.http.auth import parse_origin
+from totem.http.httpd import Request, check_json_type
+from totem.http.routes import action_table
 
 # The `+` actions that take a JSON body; the table test below fails when one is missing here.
 BODY_ACTIONS = frozenset((

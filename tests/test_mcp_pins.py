@@ -34,7 +34,7 @@ from totem.mcp.definitions import (
     variable_view,
 )
 from totem.mcp.pins import MAX_LOAD_DEPTH, MAX_PIN_FILES, changes, pin_files, value_hash
-from totem.permissions import Call, Rule, decide, pinned_reason
+from totem.security.permissions import Call, Rule, decide, pinned_reason
 from totem.tools import tool_kinds
 
 SCRIPTED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mcp_servers", "scripted_server.py")

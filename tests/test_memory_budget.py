@@ -23,7 +23,7 @@ from tests.test_http_bounds import SilentClient, add_message, until
 from tests.utils import MS, TotemCase, call, open_ws, read_answer, read_until_closed
 from totem.config import ConfigError, parse_values
 from totem.events import PartDelta
-from totem.httpd import RETRY_AFTER_S, SendBudget, decode_json
+from totem.http.httpd import RETRY_AFTER_S, SendBudget, decode_json
 
 MB = 1024 * 1024
 # A message alone on its page, more than the kernel buffers of a silent client take (see

@@ -5,9 +5,9 @@ from openapi_spec_validator import validate
 
 from tests.test_fuzz import body_fields
 from tests.utils import TOKEN, TotemCase, call
-from totem.api.sessions import MAX_PROMPT_CHARS
-from totem.routes import PUBLIC_ACTIONS, action_table
-from totem.terminal import MAX_COLUMNS, MAX_ROWS, MIN_COLUMNS, MIN_ROWS
+from totem.http.api.sessions import MAX_PROMPT_CHARS
+from totem.http.routes import PUBLIC_ACTIONS, action_table
+from totem.process.terminal import MAX_COLUMNS, MAX_ROWS, MIN_COLUMNS, MIN_ROWS
 
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
 

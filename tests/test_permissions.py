@@ -10,8 +10,8 @@ import posixpath
 
 import pytest
 
-from totem import boundary
-from totem.permissions import (
+from totem.security import boundary
+from totem.security.permissions import (
     ACTIONS,
     LAYERS,
     MAX_PATTERN_CHARS,
@@ -29,7 +29,7 @@ from totem.permissions import (
     split_command,
     suggest_patterns as suggest_for,
 )
-from totem.shellwords import MAX_DEPTH
+from totem.security.shellwords import MAX_DEPTH
 from totem.tools import tool_kinds
 
 KINDS = tool_kinds()  # what the built-in tools declare

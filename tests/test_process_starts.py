@@ -16,7 +16,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "totem"
 # separate single-threaded process (never imported to start anything): once it has confined
 # itself it execs the command, or forks it and stays as its subreaper. It is started only by
 # the runner, with the argv that sandbox.py builds.
-ALLOWED = {"runner.py", "confine.py"}
+ALLOWED = {"process/runner.py", "security/confine.py"}
 # Importing any of these (or from them) is a way to start processes.
 PROCESS_MODULES = {"subprocess", "pty", "multiprocessing", "asyncio.subprocess",
                    "concurrent.futures.process"}
@@ -71,7 +71,7 @@ def test_process_starts_only_in_runner():
             continue
         offenders += [f"totem/{relative}:{entry}"
                       for entry in process_starts(path.read_text(encoding="utf-8"), str(path))]
-    assert offenders == [], "start these through totem.runner instead:\n" + "\n".join(offenders)
+    assert offenders == [], "start these through totem.process.runner instead:\n" + "\n".join(offenders)
 
 
 def test_process_starts_scan_finds_every_form():

@@ -9,7 +9,7 @@ import unittest
 
 from tests.model_server import ScriptedModel, Stall, reply, text_chunks
 from tests.utils import MS, TotemCase, call, open_ws, run_ended
-from totem.project_commands import FrontMatterError, ProjectFileError, builtin_tools, expand, parse_front_matter
+from totem.workspace.commands import FrontMatterError, ProjectFileError, builtin_tools, expand, parse_front_matter
 
 KEY = "sk-test-COMMANDS-0123456789abcdef"
 

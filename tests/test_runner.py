@@ -13,8 +13,8 @@ import time
 import pytest
 
 from tests.utils import MS, wait_until_gone
-from totem import runner
-from totem.runner import CommandError, kill_group, minimal_environment, run_command, run_process
+from totem.process import runner
+from totem.process.runner import CommandError, kill_group, minimal_environment, run_command, run_process
 
 ALLOWED_VARIABLES = {"PATH", "HOME", "USER", "LANG", "TERM", "SHELL", "GIT_TERMINAL_PROMPT",
                      "GIT_CONFIG_COUNT", "GIT_CONFIG_KEY_0", "GIT_CONFIG_VALUE_0",

@@ -26,11 +26,12 @@ from tests.model_server import reply
 from tests.test_loop import LoopCase
 from tests.test_mcp_client import SERVER as MCP_SERVER, McpClientCase
 from tests.utils import MS, TotemCase, call, next_event, running_totem
-from totem import confine, refusals, runner, sandbox
 from totem.agent.gate import Asker
 from totem.app import App
 from totem.config import parse_values
-from totem.permissions import (
+from totem.process import runner
+from totem.security import confine, refusals, sandbox
+from totem.security.permissions import (
     COMMAND,
     OUTSIDE_SANDBOX_REASON,
     OUTSIDE_SANDBOX_UNATTENDED,
@@ -793,9 +794,9 @@ NOBODY = 65534
 AS_NOBODY = r'''
 import asyncio, json, os, socket, sys
 sys.path.insert(0, sys.argv[1])
-from totem import runner
 from totem.config import parse_values
-from totem.sandbox import Sandbox
+from totem.process import runner
+from totem.security.sandbox import Sandbox
 
 async def main(base, settings):
     home, outside = os.path.join(base, "home"), os.path.join(base, "outside")
@@ -854,7 +855,7 @@ class OrdinaryUserTest(unittest.TestCase):
             for name in files:
                 os.chown(os.path.join(folder, name), NOBODY, NOBODY)
         os.chmod(base, 0o755)
-        package = os.path.dirname(os.path.dirname(os.path.abspath(sandbox.__file__)))
+        package = sandbox.INSTALL_ROOT
         argv = [SETPRIV, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "env", "-i",
                 f"HOME={base}/home", "PATH=/usr/bin:/bin", SYSTEM_PYTHON, "-I", f"{base}/driver.py", package, base,
                 json.dumps(settings)]

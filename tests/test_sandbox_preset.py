@@ -13,7 +13,7 @@ from tests.model_server import reply
 from tests.test_sandbox import NEED_BWRAP, QuestionCase
 from tests.utils import call
 from totem.agent.gate import walled
-from totem.permissions import COMMAND, SANDBOXED_TOOL, Call, Rule, ToolKind, decide, rule_problems
+from totem.security.permissions import COMMAND, SANDBOXED_TOOL, Call, Rule, ToolKind, decide, rule_problems
 from totem.tools import tool_kinds
 
 BASH = ToolKind(COMMAND, changes=True)

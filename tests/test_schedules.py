@@ -14,8 +14,8 @@ from tests.model_server import reply
 from tests.test_loop import LoopCase
 from tests.utils import MS, call
 from totem.agent.gate import NOBODY_HERE
-from totem.permissions import SCHEDULED_REASON
-from totem.schedules import next_daily, next_interval, next_run
+from totem.scheduler import next_daily, next_interval, next_run
+from totem.security.permissions import SCHEDULED_REASON
 
 
 @contextlib.contextmanager

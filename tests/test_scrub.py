@@ -14,7 +14,7 @@ import urllib.parse
 import pytest
 
 from totem.config import parse_values
-from totem.vault import (
+from totem.security.vault import (
     MAX_ESCAPE_RUN_CHARS,
     MIN_SCRUB_CHARS,
     QUIET_FLUSH_S,

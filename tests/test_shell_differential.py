@@ -48,7 +48,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from totem.permissions import Call, Rule, decide, split_command
+from totem.security.permissions import Call, Rule, decide, split_command
 from totem.tools import tool_kinds
 
 BASH = tool_kinds()["bash"]

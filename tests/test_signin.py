@@ -19,12 +19,13 @@ from websockets.exceptions import InvalidStatus
 
 from tests.test_mcp import ACCEPT, McpCase
 from tests.utils import MS, TOKEN, TotemCase, call, open_ws, request
-from totem import auth, cli
-from totem.api import account
+from totem import cli
 from totem.app import App
 from totem.config import parse_values
-from totem.routes import action_table
-from totem.vault import VaultError
+from totem.http import auth
+from totem.http.api import account
+from totem.http.routes import action_table
+from totem.security.vault import VaultError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAUNCHER = os.path.join(ROOT, "totem.py")

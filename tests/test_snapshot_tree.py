@@ -19,8 +19,8 @@ import tempfile
 import unittest
 from unittest import mock
 
-from totem import git
-from totem.snapshots import Blobs, Tree
+from totem.workspace import git
+from totem.workspace.snapshots import Blobs, Tree
 
 BATCHES = 150
 SEED = int(os.environ.get("TOTEM_TREE_SEED", "1912"))
@@ -142,7 +142,7 @@ class TreeDifferentialTest(unittest.IsolatedAsyncioTestCase):
             operations.one()
         tree = Tree(self.root, "p1", self.shadow)
         self.addCleanup(tree.close)
-        with mock.patch("totem.snapshots.Watcher.open", return_value=None) if not watched else _nothing():
+        with mock.patch("totem.workspace.snapshots.Watcher.open", return_value=None) if not watched else _nothing():
             self.assertEqual(await tree.capture(self.blobs), [])  # the first capture is the baseline
             if watched:
                 self.assertIsNotNone(tree.watcher, "inotify is not available here")

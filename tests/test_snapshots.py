@@ -12,7 +12,7 @@ import zlib
 from tests.model_server import reply
 from tests.test_loop import LoopCase
 from tests.utils import MS, call, next_event, request
-from totem import snapshots
+from totem.workspace import snapshots
 
 ORIGINAL = "hello world\nsecond line\n"  # a.txt, as LoopCase writes it
 

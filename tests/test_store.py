@@ -328,7 +328,7 @@ class PiecesTest(unittest.IsolatedAsyncioTestCase):
 
     async def test_a_full_part_folds_its_pieces_into_its_text(self):
         part = await self.open_part()
-        with unittest.mock.patch.multiple("totem.store", PIECE_BITS=2, MAX_PIECES=3):
+        with unittest.mock.patch.multiple("totem.store.parts", PIECE_BITS=2, MAX_PIECES=3):
             for number in range(10):
                 await self.store.append_part_texts([(part["id"], str(number))])
             self.assertEqual(await self.texts(), ["0123456789"])
@@ -397,7 +397,7 @@ class PiecesMigrationTest(unittest.TestCase):
             self.assertNotIn("part_texts", tables)
 
     def test_an_unfinished_statement_in_a_script_is_refused(self):
-        from totem.store import _statements
+        from totem.store.schema import _statements
         self.assertEqual(len(_statements("CREATE TABLE a (x); CREATE TRIGGER t AFTER DELETE ON a "
                                          "BEGIN DELETE FROM a; DELETE FROM a; END;")), 2)
         with self.assertRaises(ValueError):

@@ -14,7 +14,7 @@ from tests.test_ask_flow import tool_results, wait_for
 from tests.test_loop import LoopCase
 from tests.utils import MS, call, run_ended
 from totem.agent.turns import Prompt
-from totem.permissions import SCHEDULED_REASON
+from totem.security.permissions import SCHEDULED_REASON
 
 
 def task(agent: str, prompt: str, description: str = "a piece of work") -> tuple[str, dict]:

@@ -14,7 +14,7 @@ import subprocess
 import time
 
 from tests.utils import MS, TotemCase, call, next_event, open_ws
-from totem import terminal
+from totem.process import terminal
 
 KEY = "sk-term-NEVER-LEAK-0123456789abcdef"
 

@@ -22,7 +22,7 @@ from websockets.exceptions import ConnectionClosed
 from tests.model_server import ScriptedModel, Stream, chunk, finish_chunk, usage_chunk
 from tests.test_terminal import typed
 from tests.utils import MS, TotemCase, call, ws_url
-from totem import terminal
+from totem.process import terminal
 
 KEY = "sk-test-flood-0123456789abcdef"
 FLOOD_LINES = 1_200_000  # `seq` output: about 10 MB on the pty, forty scrollbacks

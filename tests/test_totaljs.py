@@ -9,8 +9,8 @@ import os
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from totem import totaljs
-from totem.totaljs import check_answer, detect
+from totem.workspace import totaljs
+from totem.workspace.totaljs import check_answer, detect
 
 
 def write(root, files):

@@ -8,7 +8,7 @@ import unittest
 
 from totem.app import App
 from totem.config import parse_values
-from totem.vault import NONCE_BYTES, SECRET_FILE, TAG_BYTES, VERSION, Vault, VaultError
+from totem.security.vault import NONCE_BYTES, SECRET_FILE, TAG_BYTES, VERSION, Vault, VaultError
 
 SECRET = "a-configured-secret-of-some-length"
 OTHER_SECRET = "another-configured-secret-entirely"

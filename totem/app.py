@@ -18,18 +18,18 @@ import signal
 import sys
 from typing import TYPE_CHECKING
 
-from .auth import Perimeter, access_token, signin_url
-from .config import Config, ConfigError, default_config_path, load_config
-from .events import Hub
-from .httpd import HttpServer
-from .routes import Router, api_module_names
-from .rows import PartRow
-from .store import Store
-from .vault import Vault
+from totem.config import Config, ConfigError, default_config_path, load_config
+from totem.events import Hub
+from totem.http.auth import Perimeter, access_token, signin_url
+from totem.http.httpd import HttpServer
+from totem.http.routes import Router, api_module_names
+from totem.rows import PartRow
+from totem.security.vault import Vault
+from totem.store import Store
 
 if TYPE_CHECKING:
-    from .core import Core, Services
-    from .sandbox import Sandbox
+    from totem.core import Core, Services
+    from totem.security.sandbox import Sandbox
 
 STATIC_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "static")
 # How long a thread holds the interpreter while another waits for it. The event loop shares it
@@ -43,7 +43,8 @@ log = logging.getLogger("totem")
 
 # What a first prompt, a first page and a first project need besides the core, loaded with it
 # rather than by the first that needs them.
-FIRST_USE_MODULES = ("totem.agent.client", "totem.project_commands", "totem.totaljs", "totem.websocket")
+FIRST_USE_MODULES = ("totem.agent.client", "totem.workspace.commands", "totem.workspace.totaljs",
+                     "totem.http.websocket")
 
 
 def load_core_modules() -> None:
@@ -85,7 +86,7 @@ class App:
 
     async def _build(self) -> Core:
         await asyncio.to_thread(load_core_modules)
-        from .core import Core  # loaded by the worker thread just above
+        from totem.core import Core  # loaded by the worker thread just above
         core = Core(self.config, self.store, self.hub, self.vault, await self.sandbox_ready())
         await core.start()
         self._core = core
@@ -101,7 +102,7 @@ class App:
         return await asyncio.shield(self._sandboxing)
 
     async def _load_sandbox(self) -> Sandbox:
-        module = await asyncio.to_thread(importlib.import_module, "totem.sandbox")
+        module = await asyncio.to_thread(importlib.import_module, "totem.security.sandbox")
         sandbox = module.Sandbox(self.config)
         sandbox.start(self.http.port)
         return sandbox
@@ -255,10 +256,10 @@ async def until_stopped(app: App, stop: asyncio.Event) -> None:
 
 def main(argv: list[str]) -> int:
     if argv[:1] == ["run"]:  # the headless client, not the server
-        from .cli import main as run_client
+        from totem.cli import main as run_client
         return run_client(argv[1:])
     if argv[:1] == ["token"]:  # a new sign-in address, from the token file
-        from .cli import token_main
+        from totem.cli import token_main
         return token_main(argv[1:])
     parser = argparse.ArgumentParser(prog="totem.py", description="Totem, a self-hosted AI coding agent",
                                      allow_abbrev=False)

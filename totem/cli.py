@@ -30,9 +30,9 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from .auth import new_signin_code, signin_url, stored_token
-from .config import TOKENLESS, ConfigError, default_config_path, load_config
-from .vault import VaultError
+from totem.config import TOKENLESS, ConfigError, default_config_path, load_config
+from totem.http.auth import new_signin_code, signin_url, stored_token
+from totem.security.vault import VaultError
 
 DEFAULT_URL = "http://127.0.0.1:8470"
 HTTP_TIMEOUT_S = 30.0

@@ -267,8 +267,8 @@ def parse_rule(name: str, text: str) -> tuple[str, str, str]:
         raise ConfigError(f"config: rule '{name}' must be 'ACTION TOOL PATTERN' with ACTION allow, ask or deny, "
                           f"not {text.strip()!r}")
     action, tool, pattern = parts
-    from .permissions import rule_problems  # pure; only needed when rules are configured
-    from .tools import tool_kinds
+    from totem.security.permissions import rule_problems  # pure; only needed when rules are configured
+    from totem.tools import tool_kinds
     problems = rule_problems(tool, pattern, action, tool_kinds())
     if problems:
         raise ConfigError(f"config: rule '{name}': {problems[0][0]} {problems[0][1]}")

@@ -11,23 +11,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .agent.loop import Runs
-from .agent.providers import Providers
-from .agent.recovery import recover_changes
-from .changes import Changes
-from .forge import ForgeDocs
-from .jobs import Jobs
-from .mcp.definitions import forge_definition
-from .mcp.servers import McpServers
-from .project_servers import ProjectServersService
-from .projects import Projects
-from .providers_service import ProvidersService
-from .schedules_service import Schedules
-from .sessions import Sessions
-from .settings_service import Settings
-from .snapshots import Snapshots
-from .terminal import Terminals
-from .tools import default_registry
+from totem.agent.loop import Runs
+from totem.agent.providers import Providers
+from totem.agent.recovery import recover_changes
+from totem.mcp.definitions import forge_definition
+from totem.mcp.servers import McpServers
+from totem.process.jobs import Jobs
+from totem.process.terminal import Terminals
+from totem.services.changes import Changes
+from totem.services.project_servers import ProjectServersService
+from totem.services.projects import Projects
+from totem.services.providers import ProvidersService
+from totem.services.schedules import Schedules
+from totem.services.sessions import Sessions
+from totem.services.settings import Settings
+from totem.tools import default_registry
+from totem.workspace.forge import ForgeDocs
+from totem.workspace.snapshots import Snapshots
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class Core:
         # POST /$mcp/, only when config.ini says mcp = true.
         self.mcp = None
         if config.mcp:
-            from .mcp.server import McpServer  # loaded only when config.ini serves the route
+            from totem.http.mcp_route import McpServer  # loaded only when config.ini serves the route
             self.mcp = McpServer(self.services)
 
     async def start(self) -> None:

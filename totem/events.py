@@ -25,8 +25,8 @@ import logging
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Protocol
 
-from .rows import MessageRow, PartRow
-from .store import now_ms
+from totem.clock import now_ms
+from totem.rows import MessageRow, PartRow
 
 log = logging.getLogger("totem.events")
 

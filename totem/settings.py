@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .config import path_list_problem
+from totem.config import path_list_problem
 
 LAYERS = ("config", "all", "project", "session")
 

@@ -4,7 +4,7 @@ never "Denied: denied: ...", whatever decided it."""
 import pytest
 
 from totem.agent.calls import denial
-from totem.permissions import Call, Rule, decide
+from totem.security.permissions import Call, Rule, decide
 
 
 @pytest.mark.parametrize(("reason", "sentence"), [

@@ -14,7 +14,7 @@ import subprocess
 import pytest
 
 from tests.tools.trees import PLAIN_FILES, SECRET_FILES, project, write
-from totem import boundary
+from totem.security import boundary
 from totem.tools import ToolContext, ToolError, grep as grep_module
 from totem.tools.grep import GrepTool, Query, Required, env_ignore_rules, rg_arguments
 

@@ -15,7 +15,7 @@ import pytest
 
 from tests.tools.trees import project, write
 from tests.utils import MS, wait_until_gone
-from totem import runner
+from totem.process import runner
 from totem.tools import ToolContext, ToolError, grep as grep_module
 from totem.tools.grep import GrepTool, Query, search_with_rg
 

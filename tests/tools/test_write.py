@@ -9,7 +9,7 @@ import stat
 import pytest
 
 from tests.tools.trees import project
-from totem import boundary
+from totem.security import boundary
 from totem.tools import Registry, ToolContext, ToolError, files
 from totem.tools.edit import EditTool
 from totem.tools.patch import PatchTool

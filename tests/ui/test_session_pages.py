@@ -2,7 +2,7 @@
 
 from playwright.sync_api import expect
 
-from totem.sessions import DEFAULT_SESSION_PAGE
+from totem.services.sessions import DEFAULT_SESSION_PAGE
 
 EXTRA = 5
 

@@ -12,7 +12,7 @@ from playwright.sync_api import expect
 from tests.model_server import reply
 from tests.tools.test_fetch import Server, answer, response
 from tests.ui.harness import CHROMIUM, open_session, send, shot
-from totem.forge import ForgeDocs
+from totem.workspace.forge import ForgeDocs
 
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),
                                 reason=f"the browser tests need Debian's Chromium at {CHROMIUM}")

@@ -14,14 +14,11 @@ import logging
 import math
 from collections.abc import Awaitable, Callable
 
-from ..errors import out_of_space
-from ..events import MessageCreated
-from ..store import Store, now_ms
-from .context import CHARS_PER_TOKEN, estimated_tokens
-from .kinds.base import PRICE_TOKENS, Price
-from .provider_errors import ProviderError
-from .recorder import OpenPart, Recorder
-from .stream import (
+from totem.agent.context import CHARS_PER_TOKEN, estimated_tokens
+from totem.agent.kinds.base import PRICE_TOKENS, Price
+from totem.agent.provider_errors import ProviderError
+from totem.agent.recorder import OpenPart, Recorder
+from totem.agent.stream import (
     ReasoningDelta,
     StreamEnd,
     StreamError,
@@ -31,6 +28,10 @@ from .stream import (
     Usage,
     extract_text_tool_calls,
 )
+from totem.clock import now_ms
+from totem.errors import out_of_space
+from totem.events import MessageCreated
+from totem.store import Store
 
 # A cost is kept to a millionth of a cent: finer digits are float noise, not money.
 COST_DIGITS = 8
@@ -79,7 +80,7 @@ class Answers:
         usage = first_token = result = None
         opened, messageid = self.recorder.open, message["id"]
         try:
-            from . import client  # the HTTP client (and ssl) load with the first answer, not at start-up
+            from totem.agent import client  # the HTTP client (and ssl) load with the first answer, not at start-up
             stream = client.stream_chat(target.kind, target.url, target.key, body, encoder=encoder)
             async with contextlib.aclosing(stream) as events:
                 async for event in events:

@@ -17,17 +17,17 @@ import logging
 import threading
 from collections.abc import Awaitable, Callable
 
-from ..errors import StorageFull, out_of_space
-from ..events import TodoUpdated
-from ..git import GitError
-from ..permissions import COMMAND
-from ..snapshots import Prior, Scope, Snapshots, Window, planned_diff
-from ..store import now_ms
-from ..tools import NoSpace, OutsideProject, ToolContext, ToolError
-from ..vault import QuietScrub
-from .gate import Asker, PermissionGate
-from .recorder import OpenPart, Recorder
-from .stream import ToolCall
+from totem.agent.gate import Asker, PermissionGate
+from totem.agent.recorder import OpenPart, Recorder
+from totem.agent.stream import ToolCall
+from totem.clock import now_ms
+from totem.errors import StorageFull, out_of_space
+from totem.events import TodoUpdated
+from totem.security.permissions import COMMAND
+from totem.security.vault import QuietScrub
+from totem.tools import NoSpace, OutsideProject, ToolContext, ToolError
+from totem.workspace.git import GitError
+from totem.workspace.snapshots import Prior, Scope, Snapshots, Window, planned_diff
 
 MAX_TOOL_OUTPUT_CHARS = 50_000
 JOURNAL_TIMEOUT_S = 30.0  # a store that cannot take the journal in this time fails the change

@@ -29,12 +29,7 @@ from urllib.parse import urlsplit
 
 from totem import httpwire
 from totem.agent.bodies import BodyEncoder
-from totem.agent.provider_errors import (
-    KIND_CONNECTION,
-    KIND_INVALID_RESPONSE,
-    ProviderError,
-    classify_http_error,
-)
+from totem.agent.provider_errors import KIND_CONNECTION, KIND_INVALID_RESPONSE, ProviderError, classify_http_error
 from totem.agent.stream import ChatAccumulator, StreamEnd, StreamEvent, join_deltas
 
 if TYPE_CHECKING:

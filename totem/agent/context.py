@@ -20,7 +20,7 @@ import re
 import secrets
 from typing import Any
 
-from ..rows import MessageRow
+from totem.rows import MessageRow
 
 PROMPTS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "prompts")
 AGENTS_FILE = "AGENTS.md"

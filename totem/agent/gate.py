@@ -21,13 +21,24 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import NotRequired, TypedDict
 
-from ..boundary import BoundaryError, is_protected_env, relative_path, resolve_inside
-from ..git import repository_runs_programs
-from ..mcp.definitions import offered_servers
-from ..permissions import SCHEDULED_REASON, TEXT, Call, Decision, DecisionRow, Rule, ToolKind, decide, suggest_patterns
-from ..shellwords import reveal
-from ..store import Store, now_ms
-from .questions import Questions
+from totem.agent.questions import Questions
+from totem.clock import now_ms
+from totem.mcp.definitions import offered_servers
+from totem.security.boundary import BoundaryError, is_protected_env, relative_path, resolve_inside
+from totem.security.permissions import (
+    SCHEDULED_REASON,
+    TEXT,
+    Call,
+    Decision,
+    DecisionRow,
+    Rule,
+    ToolKind,
+    decide,
+    suggest_patterns,
+)
+from totem.security.shellwords import reveal
+from totem.store import Store
+from totem.workspace.git import repository_runs_programs
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import asyncio
 
-from ..forge import ForgeDocs
-from .answers import Review
-from .recorder import Recorder
+from totem.agent.answers import Review
+from totem.agent.recorder import Recorder
+from totem.workspace.forge import ForgeDocs
 
 
 class TotalJsKnowledge:
@@ -37,7 +37,7 @@ class TotalJsKnowledge:
         check = bool(limits.get("selfcheck", False))
         if not docs and not check:
             return None
-        from .. import totaljs  # its patterns take a while to compile: not at start-up
+        from totem.workspace import totaljs  # its patterns take a while to compile: not at start-up
         detection = await asyncio.to_thread(totaljs.detect, root)
         if not detection.totaljs:
             return None

@@ -19,18 +19,11 @@ import logging
 import os
 from dataclasses import dataclass, field
 
-from ..boundary import session_root
-from ..errors import StorageFull, out_of_space
-from ..events import RunError, SessionStatus
-from ..rows import PartRow
-from ..store import Store
-from ..tools import Registry
-from ..vault import Scrubber
-from . import turns
-from .answers import Answers, Review
-from .bodies import BodyEncoder
-from .calls import ToolCalls
-from .context import (
+from totem.agent import turns
+from totem.agent.answers import Answers, Review
+from totem.agent.bodies import BodyEncoder
+from totem.agent.calls import ToolCalls
+from totem.agent.context import (
     ContextFull,
     RunAttachments,
     Sizes,
@@ -41,16 +34,23 @@ from .context import (
     new_marker,
     system_message,
 )
-from .gate import Asker, PermissionGate
-from .knowledge import TotalJsKnowledge
-from .provider_errors import ProviderError
-from .providers import redact
-from .questions import Questions
-from .recorder import OpenPart, Recorder
-from .servers import ProjectServers
-from .stream import ToolCall
-from .subagents import SubAgents
-from .turns import Prompt
+from totem.agent.gate import Asker, PermissionGate
+from totem.agent.knowledge import TotalJsKnowledge
+from totem.agent.provider_errors import ProviderError
+from totem.agent.providers import redact
+from totem.agent.questions import Questions
+from totem.agent.recorder import OpenPart, Recorder
+from totem.agent.servers import ProjectServers
+from totem.agent.stream import ToolCall
+from totem.agent.subagents import SubAgents
+from totem.agent.turns import Prompt
+from totem.errors import StorageFull, out_of_space
+from totem.events import RunError, SessionStatus
+from totem.rows import PartRow
+from totem.security.boundary import session_root
+from totem.security.vault import Scrubber
+from totem.store import Store
+from totem.tools import Registry
 
 log = logging.getLogger("totem.agent")
 

@@ -25,10 +25,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..vault import VaultError
-from .kinds import KINDS, Fetch, ModelInfo, ProviderKind, ProviderTarget
-from .kinds.base import positive
-from .provider_errors import ModelError, ProviderError
+from totem.agent.kinds import KINDS, Fetch, ModelInfo, ProviderKind, ProviderTarget
+from totem.agent.kinds.base import positive
+from totem.agent.provider_errors import ModelError, ProviderError
+from totem.security.vault import VaultError
 
 TEMPLATES_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "providers.json")
 MODELS_TIMEOUT_SECONDS = 15.0

@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from ..errors import BadRequest, NotFound
-from ..events import PermissionAsk, PermissionReplied, QuestionAsk, QuestionReplied
-from ..permissions import rule_problems
+from totem.errors import BadRequest, NotFound
+from totem.events import PermissionAsk, PermissionReplied, QuestionAsk, QuestionReplied
+from totem.security.permissions import rule_problems
 
 PERMISSION_REPLIES = ("once", "always", "reject")
 

@@ -22,10 +22,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import out_of_space
-from ..events import PartClosed, PartCreated, PartDelta, PartUpdated
-from ..rows import PartRow
-from ..store import Store
+from totem.errors import out_of_space
+from totem.events import PartClosed, PartCreated, PartDelta, PartUpdated
+from totem.rows import PartRow
+from totem.store import Store
 
 log = logging.getLogger("totem.agent")
 

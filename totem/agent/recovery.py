@@ -17,8 +17,8 @@ import hashlib
 import logging
 import os
 
-from ..boundary import BoundaryError, resolve_inside
-from ..tools.files import remove_temp_files
+from totem.security.boundary import BoundaryError, resolve_inside
+from totem.tools.files import remove_temp_files
 
 log = logging.getLogger("totem.agent")
 

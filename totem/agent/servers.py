@@ -22,17 +22,18 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from ..events import MessageCreated
-from ..mcp.client import McpError
-from ..mcp.definitions import ServerDefinition, offered_servers, pin_definition
-from ..mcp.pins import changes
-from ..mcp.servers import McpServers
-from ..mcp.tools import declared_tools
-from ..store import Store, now_ms
-from ..tools import Registry
-from ..vault import Scrubber
-from .gate import START_TOOL, Asker, PermissionGate
-from .recorder import Recorder
+from totem.agent.gate import START_TOOL, Asker, PermissionGate
+from totem.agent.recorder import Recorder
+from totem.clock import now_ms
+from totem.events import MessageCreated
+from totem.mcp.client import McpError
+from totem.mcp.definitions import ServerDefinition, offered_servers, pin_definition
+from totem.mcp.pins import changes
+from totem.mcp.servers import McpServers
+from totem.mcp.tools import declared_tools
+from totem.security.vault import Scrubber
+from totem.store import Store
+from totem.tools import Registry
 
 SCHEDULED_START = "a scheduled run never starts an MCP server (nobody is here to approve it)"
 PLAN_START = "plan mode never starts an MCP server"

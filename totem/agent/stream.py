@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .provider_errors import (
+from totem.agent.provider_errors import (
     KIND_CONNECTION,
     KIND_CONTEXT_LENGTH,
     KIND_INVALID_RESPONSE,
@@ -32,7 +32,7 @@ from .provider_errors import (
     error_code,
     mentions_context_overflow,
 )
-from .sse import SseEvent
+from totem.agent.sse import SseEvent
 
 # openai-python and the DESIGN retry rule: an in-stream error with these codes is transient.
 RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504, 529})

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import asyncio
 
-from ..events import SessionUpdated
-from ..store import session_view
-from ..tools import ToolError
-from .gate import Asker
-from .recorder import OpenPart
-from .turns import Prompt
+from totem.agent.gate import Asker
+from totem.agent.recorder import OpenPart
+from totem.agent.turns import Prompt
+from totem.events import SessionUpdated
+from totem.store import session_view
+from totem.tools import ToolError
 
 MAX_DEPTH = 1
 MAX_TASKS_PER_RUN = 8
@@ -83,7 +83,9 @@ class SubAgents:
         if agent == EXPLORE:
             return Prompt(text=text, model=parent.model, mode="plan", autoaccept=False,
                           scheduled=asker.scheduled, tools=EXPLORE_TOOLS, instructions=EXPLORE_PROMPT)
-        from .. import project_commands  # its patterns take a while to compile: not at start-up
+        from totem.workspace import (
+            commands as project_commands,  # its patterns take a while to compile: not at start-up
+        )
         listing = await asyncio.to_thread(project_commands.read_listing, asker.root)
         found = listing.agents.get(agent)
         if found is None:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..events import MessageCreated, SessionUpdated
-from ..store import session_view
+from totem.events import MessageCreated, SessionUpdated
+from totem.store import session_view
 
 SESSION_NAME_CHARS = 60
 DEFAULT_SESSION_NAME = "New session"

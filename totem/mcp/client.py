@@ -29,11 +29,11 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
-from .. import runner
-from ..agent.provider_errors import ProviderError
-from ..agent.sse import SseDecoder, StreamFormatError
-from .definitions import ServerDefinition
-from .skimmer import Skimmer
+from totem.agent.provider_errors import ProviderError
+from totem.agent.sse import SseDecoder, StreamFormatError
+from totem.mcp.definitions import ServerDefinition
+from totem.mcp.skimmer import Skimmer
+from totem.process import runner
 
 log = logging.getLogger("totem.mcp")
 
@@ -249,7 +249,7 @@ class McpClient:
 
 def _http():
     """The HTTP client, loaded with the first remote server (not at start-up)."""
-    from ..agent import client
+    from totem.agent import client
     return client
 
 

@@ -30,8 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import urljoin, urlsplit
 
-from ..boundary import BoundaryError, resolve_inside
-from .pins import pin_files, value_hash
+from totem.mcp.pins import pin_files, value_hash
+from totem.security.boundary import BoundaryError, resolve_inside
 
 CONFIG_FILES = (".totem/mcp.json", ".mcp.json")
 MAX_CONFIG_BYTES = 256 * 1024
@@ -230,7 +230,7 @@ def offered_servers(root: str, forge: ServerDefinition | None = None,
     definitions, problems = read_definitions(root)
     definitions = [pin_definition(root, definition) for definition in definitions]
     if forge is not None and all(definition.name != forge.name for definition in definitions):
-        from .. import totaljs  # its patterns take a while to compile: not at start-up
+        from totem.workspace import totaljs  # its patterns take a while to compile: not at start-up
         if totaljs.detect(root).totaljs:
             definitions.append(forge)
     return definitions, problems

@@ -55,8 +55,8 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from ..boundary import BoundaryError, OutsideError, real_root, relative_path, resolve_inside
-from ..runner import minimal_environment
+from totem.process.runner import minimal_environment
+from totem.security.boundary import BoundaryError, OutsideError, real_root, relative_path, resolve_inside
 
 MAX_PIN_FILES = 64
 MAX_PIN_BYTES = 16 * 1024 * 1024  # read and hashed, over all the files of one pin

@@ -16,10 +16,10 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..store import now_ms
-from .client import McpClient, McpError
-from .definitions import ServerDefinition
-from .tools import MAX_NAME_CHARS, McpTool, clean_text
+from totem.clock import now_ms
+from totem.mcp.client import McpClient, McpError
+from totem.mcp.definitions import ServerDefinition
+from totem.mcp.tools import MAX_NAME_CHARS, McpTool, clean_text
 
 log = logging.getLogger("totem.mcp")
 

@@ -19,10 +19,10 @@ import json
 import re
 import unicodedata
 
-from ..agent.calls import MAX_TOOL_OUTPUT_CHARS
-from ..permissions import CALL, TEXT, ToolKind
-from ..tools import Tool, ToolContext, ToolError, ToolResult
-from .client import McpClient, McpError
+from totem.agent.calls import MAX_TOOL_OUTPUT_CHARS
+from totem.mcp.client import McpClient, McpError
+from totem.security.permissions import CALL, TEXT, ToolKind
+from totem.tools import Tool, ToolContext, ToolError, ToolResult
 
 MAX_NAME_CHARS = 64  # OpenAI function names: ^[a-zA-Z0-9_-]{1,64}$
 MAX_DESCRIPTION_CHARS = 1024

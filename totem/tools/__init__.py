@@ -17,9 +17,9 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import boundary
-from ..permissions import CALL, COMMAND, PATH, TEXT, ToolKind
-from .schema import check_schema, validate
+from totem.security import boundary
+from totem.security.permissions import CALL, COMMAND, PATH, TEXT, ToolKind
+from totem.tools.schema import check_schema, validate
 
 # The longest arguments text accepted from a model; a file's content for a write tool rides here.
 MAX_ARGUMENTS_CHARS = 10 * 1024 * 1024
@@ -205,18 +205,18 @@ def tool_kinds() -> dict[str, ToolKind]:
 
 def default_registry() -> Registry:
     """Every built-in tool, read-only ones first."""
-    from .ask import AskTool
-    from .bash import BashTool
-    from .edit import EditTool
-    from .fetch import FetchTool
-    from .glob import GlobTool
-    from .grep import GrepTool
-    from .patch import PatchTool
-    from .read import ReadTool
-    from .skill import SkillTool
-    from .task import TaskTool
-    from .todo import TodoTool
-    from .write import WriteTool
+    from totem.tools.ask import AskTool
+    from totem.tools.bash import BashTool
+    from totem.tools.edit import EditTool
+    from totem.tools.fetch import FetchTool
+    from totem.tools.glob import GlobTool
+    from totem.tools.grep import GrepTool
+    from totem.tools.patch import PatchTool
+    from totem.tools.read import ReadTool
+    from totem.tools.skill import SkillTool
+    from totem.tools.task import TaskTool
+    from totem.tools.todo import TodoTool
+    from totem.tools.write import WriteTool
 
     return Registry([ReadTool(), GlobTool(), GrepTool(), SkillTool(), TodoTool(), AskTool(),
                      TaskTool(), FetchTool(), WriteTool(), EditTool(), PatchTool(), BashTool()])

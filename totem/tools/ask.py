@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..permissions import TEXT, ToolKind
-from . import Tool, ToolContext, ToolError, ToolResult
+from totem.security.permissions import TEXT, ToolKind
+from totem.tools import Tool, ToolContext, ToolError, ToolResult
 
 MAX_QUESTION_CHARS = 2000
 MAX_OPTIONS = 10

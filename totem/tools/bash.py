@@ -22,9 +22,9 @@ from __future__ import annotations
 import signal
 from collections.abc import Sequence
 
-from .. import runner
-from ..permissions import COMMAND, ToolKind
-from . import Tool, ToolContext, ToolError, ToolResult
+from totem.process import runner
+from totem.security.permissions import COMMAND, ToolKind
+from totem.tools import Tool, ToolContext, ToolError, ToolResult
 
 MAX_TIMEOUT_S = 600
 MAX_COMMAND_CHARS = 100_000

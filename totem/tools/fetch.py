@@ -29,10 +29,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from urllib.parse import quote, urljoin, urlsplit
 
-from .. import httpwire
-from ..permissions import HOST, ToolKind
-from . import Tool, ToolContext, ToolError, ToolResult
-from .html_text import body_text, codec_name
+from totem import httpwire
+from totem.security.permissions import HOST, ToolKind
+from totem.tools import Tool, ToolContext, ToolError, ToolResult
+from totem.tools.html_text import body_text, codec_name
 
 DEFAULT_MAX_BYTES = 2 * 1024 * 1024
 MAX_MAX_BYTES = 10 * 1024 * 1024

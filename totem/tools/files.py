@@ -33,8 +33,8 @@ import stat
 from dataclasses import dataclass
 from typing import overload
 
-from .. import boundary
-from . import NoSpace, ToolContext, ToolError, display_path, resolve_path
+from totem.security import boundary
+from totem.tools import NoSpace, ToolContext, ToolError, display_path, resolve_path
 
 log = logging.getLogger("totem.tools")
 

@@ -24,9 +24,18 @@ import threading
 import time
 import warnings
 
-from .. import boundary
-from ..permissions import PATH, ToolKind
-from . import SKIPPED_FOLDERS, Tool, ToolContext, ToolError, ToolResult, display_path, in_skipped_folder, resolve_path
+from totem.security import boundary
+from totem.security.permissions import PATH, ToolKind
+from totem.tools import (
+    SKIPPED_FOLDERS,
+    Tool,
+    ToolContext,
+    ToolError,
+    ToolResult,
+    display_path,
+    in_skipped_folder,
+    resolve_path,
+)
 
 MAX_RESULTS = 200
 MAX_PATTERN_CHARS = 1000

@@ -49,9 +49,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import boundary, runner
-from ..permissions import PATH, ToolKind
-from . import (
+from totem.process import runner
+from totem.security import boundary
+from totem.security.permissions import PATH, ToolKind
+from totem.tools import (
     SKIPPED_FOLDERS,
     Tool,
     ToolContext,
@@ -62,7 +63,7 @@ from . import (
     in_skipped_folder,
     resolve_path,
 )
-from .glob import compile_glob
+from totem.tools.glob import compile_glob
 
 MAX_MATCHES_SHOWN = 200
 # Past this many matching lines the search stops: the answer says "more than".

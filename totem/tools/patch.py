@@ -29,8 +29,8 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from ..permissions import PATH, ToolKind
-from . import NoSpace, Tool, ToolContext, ToolError, ToolResult, cut_line, display_path, files
+from totem.security.permissions import PATH, ToolKind
+from totem.tools import NoSpace, Tool, ToolContext, ToolError, ToolResult, cut_line, display_path, files
 
 _HUNK_HEADER = re.compile(r"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)")
 # "@@" or "@@ def f():" without line numbers (a malformed "@@ -..." is an error instead).

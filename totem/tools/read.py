@@ -22,8 +22,8 @@ import os
 import re
 import stat
 
-from ..permissions import PATH, ToolKind
-from . import Tool, ToolContext, ToolError, ToolResult, cut_line, display_path, resolve_path
+from totem.security.permissions import PATH, ToolKind
+from totem.tools import Tool, ToolContext, ToolError, ToolResult, cut_line, display_path, resolve_path
 
 DEFAULT_LIMIT_LINES = 2000
 MAX_LIMIT_LINES = 5000

@@ -11,8 +11,8 @@ which tools it gets.
 
 from __future__ import annotations
 
-from ..permissions import TEXT, ToolKind
-from . import Tool, ToolContext, ToolError, ToolResult
+from totem.security.permissions import TEXT, ToolKind
+from totem.tools import Tool, ToolContext, ToolError, ToolResult
 
 MAX_DESCRIPTION_CHARS = 80
 MAX_PROMPT_CHARS = 20_000

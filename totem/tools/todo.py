@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..permissions import TEXT, ToolKind
-from . import Tool, ToolContext, ToolError, ToolResult
+from totem.security.permissions import TEXT, ToolKind
+from totem.tools import Tool, ToolContext, ToolError, ToolResult
 
 MAX_TODO_ITEMS = 50
 MAX_TODO_TEXT_CHARS = 500

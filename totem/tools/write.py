@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import asyncio
 
-from ..permissions import PATH, ToolKind
-from . import Tool, ToolContext, ToolError, ToolResult, display_path, files
+from totem.security.permissions import PATH, ToolKind
+from totem.tools import Tool, ToolContext, ToolError, ToolResult, display_path, files
 
 
 class WriteTool(Tool):

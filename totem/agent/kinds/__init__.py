@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from .base import AnswerDecoder, ChatMessage, Fetch, ModelInfo, ProviderKind, ProviderTarget
-from .ollama import OllamaNative
-from .openai import LlamaCpp, LmStudio, OpenAICompatible, OpenRouter, Together
+from totem.agent.kinds.base import AnswerDecoder, ChatMessage, Fetch, ModelInfo, ProviderKind, ProviderTarget
+from totem.agent.kinds.ollama import OllamaNative
+from totem.agent.kinds.openai import LlamaCpp, LmStudio, OpenAICompatible, OpenRouter, Together
 
 KINDS: Mapping[str, ProviderKind] = MappingProxyType({kind.name: kind for kind in (
     OllamaNative(), LlamaCpp(), LmStudio(), OpenRouter(), OpenAICompatible("openai"),

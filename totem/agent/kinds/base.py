@@ -20,10 +20,10 @@ from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 from urllib.parse import urlsplit
 
-from ..provider_errors import KIND_INVALID_RESPONSE, ProviderError
+from totem.agent.provider_errors import KIND_INVALID_RESPONSE, ProviderError
 
 if TYPE_CHECKING:
-    from ..stream import ChatAccumulator, StreamEvent
+    from totem.agent.stream import ChatAccumulator, StreamEvent
 
 # OpenRouter's list is about a megabyte; past this the answer is not a models list.
 MAX_MODELS_BYTES = 16 * 1024 * 1024
@@ -146,12 +146,12 @@ class Fetch:
 
     async def get(self, url: str) -> Any:
         """The JSON answer of GET `url`. Raises ProviderError."""
-        from ..client import request_json  # the HTTP client (and ssl) load with the first call
+        from totem.agent.client import request_json  # the HTTP client (and ssl) load with the first call
         return await request_json("GET", url, self._headers, None, self.timeout, MAX_MODELS_BYTES)
 
     async def post(self, url: str, body: Any) -> Any:
         """The JSON answer of POST `url` with `body`. Raises ProviderError."""
-        from ..client import request_json
+        from totem.agent.client import request_json
         return await request_json("POST", url, self._headers, body, self.timeout, MAX_MODELS_BYTES)
 
 

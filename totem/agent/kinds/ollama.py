@@ -16,9 +16,7 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..provider_errors import ProviderError
-from ..sse import NdjsonDecoder
-from .base import (
+from totem.agent.kinds.base import (
     ChatMessage,
     Fetch,
     ModelInfo,
@@ -29,9 +27,11 @@ from .base import (
     positive,
     server_root,
 )
+from totem.agent.provider_errors import ProviderError
+from totem.agent.sse import NdjsonDecoder
 
 if TYPE_CHECKING:
-    from ..stream import ChatAccumulator, StreamEvent
+    from totem.agent.stream import ChatAccumulator, StreamEvent
 
 NDJSON_MEDIA_TYPE = "application/x-ndjson"
 # Ollama allocates the whole num_ctx up front (KV cache): ask for the model's real window, but no

@@ -18,9 +18,7 @@ from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
-from ..provider_errors import ProviderError
-from ..sse import SseDecoder
-from .base import (
+from totem.agent.kinds.base import (
     ChatMessage,
     Fetch,
     ModelInfo,
@@ -33,9 +31,11 @@ from .base import (
     price_of,
     server_root,
 )
+from totem.agent.provider_errors import ProviderError
+from totem.agent.sse import SseDecoder
 
 if TYPE_CHECKING:
-    from ..stream import ChatAccumulator, StreamEvent
+    from totem.agent.stream import ChatAccumulator, StreamEvent
 
 SSE_MEDIA_TYPE = "text/event-stream"
 # The field of an assistant message that only OpenRouter reads back; other servers (Groq,
