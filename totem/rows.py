@@ -33,6 +33,7 @@ class SessionRow(TypedDict):
     schedule: str | None  # the schedule this session is a run of
     parent: str | None  # the session whose run handed it its work (a sub-agent's)
     restoring: str | None  # JSON journal of an undo, redo or Save as in progress
+    marker: str | None  # of the data envelopes of its runs, chosen at the first (agent/context.py)
 
 
 class PartRow(TypedDict):

@@ -76,7 +76,7 @@ class _Run:
     task: asyncio.Task | None = None
     key: str | None = None  # the provider key, kept out of every message this run publishes
     error: str | None = None  # why the run failed, when it did
-    marker: str = field(default_factory=new_marker)  # of the data envelopes, the same at every step
+    marker: str | None = None  # of the data envelopes: the session's, read at the first step
     attachments: RunAttachments = field(default_factory=RunAttachments)  # encoded once per run
     limits: dict = field(default_factory=dict)  # the settings read at the start (settings.KEYS)
     pruned: int = 0  # old tool outputs left out of the last request to fit the window
@@ -412,6 +412,8 @@ class Runs:
         run.history += [message for message in added
                         if not message["data"].get("servers")]  # the starts of MCP servers: for the person
         history = run.history
+        if run.marker is None:
+            run.marker = await self.store.session_marker(run.session["id"], new_marker())
         attachments = await run.attachments.by_message(self.store, history, run.marker)
         if run.system is None:
             run.system = await system_message(self.system_template, run.asker.root, run.marker)

@@ -244,6 +244,11 @@ MIGRATIONS = (
     DROP TABLE attachments;
     ALTER TABLE attachments_moved RENAME TO attachments;
     """,
+    # 13: the marker of a session's data envelopes, chosen at its first run and kept: an earlier
+    # tool result then reads the same in every later request (what a provider's cache reuses).
+    """
+    ALTER TABLE sessions ADD COLUMN marker TEXT;
+    """,
 )
 
 STOPPED_DURING_RUN = "Totem stopped during this run (killed or crashed); the run did not finish"

@@ -100,6 +100,15 @@ class SessionRows(Engine):
             "UPDATE sessions SET model = ?, mode = ?, autoaccept = ?, updated = ? WHERE id = ?",
             (model, mode, int(autoaccept), now_ms(), sessionid)))
 
+    async def session_marker(self, sessionid: str, candidate: str) -> str:
+        """The marker of a session's data envelopes: `candidate` when it has none yet (then kept),
+        else the one its first run chose. A session that is gone gets `candidate`."""
+        def run(c):
+            c.execute("UPDATE sessions SET marker = ? WHERE id = ? AND marker IS NULL", (candidate, sessionid))
+            row = c.execute("SELECT marker FROM sessions WHERE id = ?", (sessionid,)).fetchone()
+            return row[0] if row else candidate
+        return await self.write(run)
+
     async def remove_session(self, sessionid: str) -> bool:
         return await self.write(lambda c: c.execute(
             "DELETE FROM sessions WHERE id = ?", (sessionid,)).rowcount > 0)
@@ -119,10 +128,11 @@ class SessionRows(Engine):
                                               (upto, sessionid)).fetchone() is None:
                 return None
             stamp = now_ms()
-            c.execute("INSERT INTO sessions (id, projectid, name, mode, autoaccept, model, created, updated)"
-                      " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            # The marker too: the copied results read as they did, and a fork of a fork still does.
+            c.execute("INSERT INTO sessions (id, projectid, name, mode, autoaccept, model, marker, created, updated)"
+                      " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                       (newid, source["projectid"], name, source["mode"], source["autoaccept"], source["model"],
-                       stamp, stamp))
+                       source["marker"], stamp, stamp))
             messages = rows_of(c.execute(
                 "SELECT * FROM messages WHERE sessionid = ? AND reverted = 0 AND id <= ? ORDER BY id",
                 (sessionid, upto or "\uffff")))
