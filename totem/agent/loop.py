@@ -16,12 +16,12 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 
 from totem.agent import turns
 from totem.agent.answers import Answers
 from totem.agent.calls import ToolCalls
 from totem.agent.context import load_prompt
+from totem.agent.ending import RunEnding, full_reason
 from totem.agent.gate import Asker, PermissionGate
 from totem.agent.hooks import Compaction, ProjectTools, StepHook, TotalJsReview
 from totem.agent.knowledge import TotalJsKnowledge
@@ -35,7 +35,7 @@ from totem.agent.servers import ProjectServers
 from totem.agent.stream import ToolCall
 from totem.agent.subagents import SubAgents
 from totem.agent.turns import Prompt
-from totem.errors import StorageFull, out_of_space
+from totem.errors import out_of_space
 from totem.events import RunError, SessionStatus
 from totem.rows import PartRow
 from totem.security.boundary import session_root
@@ -90,6 +90,7 @@ class Runs:
             *([TotalJsReview(self.knowledge)] if self.knowledge is not None else []),
             self.compaction]
         self.requests = Requests(store, load_prompt("system.txt"), self.hooks)
+        self.ending = RunEnding(store, self.recorder)
 
     @property
     def registry(self):
@@ -239,14 +240,19 @@ class Runs:
             status = "error"
         except Exception as exc:
             if out_of_space(exc):  # a state, not a crash: the store logged it once
-                self._fail(run, f"The run stopped: {_full_reason(exc, self.store)}.")
+                self._fail(run, f"The run stopped: {full_reason(exc, self.store)}.")
                 status = "error"
                 return
             log.exception("run of session %s failed", sessionid)
             self._fail(run, "Totem failed while running this prompt; see the server log.")
             status = "error"
         finally:
-            await asyncio.shield(self._end_run(run, status))
+            try:
+                await asyncio.shield(self.ending.close(run, status))
+            finally:  # forgotten and announced whatever the store took: never left running
+                self._runs.pop(sessionid, None)
+                self.subagents.forget(sessionid)
+                self.hub.publish(SessionStatus(sessionid, status))
             await asyncio.shield(self._next_queued(run, status))
 
     async def _next_queued(self, run: Run, status: str) -> None:
@@ -269,35 +275,6 @@ class Runs:
         follow = self._runs.get(session["id"])
         if follow is not None:
             follow.queue = rest + follow.queue
-
-    async def _end_run(self, run: Run, status: str) -> None:
-        """Close the run's parts, mark where it stopped, store and publish its final status.
-        Each step may fail (a full disk): the run is forgotten and its status published
-        whatever the store took, so that the session never stays running."""
-        sessionid = run.request.sessionid
-        closing = "aborted" if status == "aborted" else "error"
-        try:
-            for open_part in self.recorder.open_parts(sessionid):
-                try:
-                    await self.recorder.close(open_part, closing)
-                except Exception as exc:  # close forgot it first: it is not tried again
-                    _log_end_failure(exc, f"a part of session {sessionid} was not closed")
-            if status in ("aborted", "error") and run.messageid:
-                # Where it stopped, and why, stay with the conversation (not only until the next run).
-                mark = {"ended": status} | ({"error": run.error} if status == "error" and run.error else {})
-                try:
-                    await self.store.mark_run_end(sessionid, run.messageid, mark)
-                except Exception as exc:  # the mark must not keep the run from ending
-                    _log_end_failure(exc, f"the end of the run of session {sessionid} was not marked")
-            error = run.error if status == "error" else None
-            try:
-                await self.store.set_session_status(sessionid, status, error)
-            except Exception as exc:  # Sessions reads a status no run holds as this error
-                _log_end_failure(exc, f"the status of session {sessionid} was not stored")
-        finally:
-            self._runs.pop(sessionid, None)
-            self.subagents.forget(sessionid)
-            self.hub.publish(SessionStatus(sessionid, status))
 
     async def _steps(self, run: Run) -> str:
         request = run.request
@@ -349,21 +326,6 @@ class Runs:
                 message = redact(f"{exc.message} Trying again in {delay:g} s.", run.key)
                 self.hub.publish(RunError(run.request.sessionid, message, True))
                 await asyncio.sleep(delay)
-
-
-def _full_reason(exc: BaseException, store) -> str:
-    """The sentence of a write refused for want of space, naming the folder and what is left."""
-    if isinstance(exc, StorageFull):
-        return exc.errors[0][1]
-    folder = getattr(exc, "filename", None)
-    return StorageFull(os.path.dirname(folder) if isinstance(folder, str) else os.path.dirname(store.path)).errors[0][1]
-
-
-def _log_end_failure(exc: BaseException, what: str) -> None:
-    if out_of_space(exc):
-        log.warning("%s: the disk is full", what)  # one line: the store said why once
-    else:
-        log.exception(what)
 
 
 def _canonical(arguments: str) -> str:
