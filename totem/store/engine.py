@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar, TypeVarTuple, Unpack, cast
+from typing import Any, TypeVar, TypeVarTuple, cast
 
 from totem.clock import IdMaker
 from totem.errors import StorageFull, out_of_space
@@ -82,12 +82,12 @@ class Engine:
                 conn.close()
             self._reader_conns.clear()
 
-    async def read(self, fn: Callable[[sqlite3.Connection, Unpack[Args]], T], *args: Unpack[Args]) -> T:
+    async def read(self, fn: Callable[[sqlite3.Connection, *Args], T], *args: *Args) -> T:
         """Run fn(conn, *args) on a reader thread and return its result."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._readers, self._read_sync, fn, args)
 
-    def _read_sync(self, fn: Callable[[sqlite3.Connection, Unpack[Args]], T], args: tuple[Unpack[Args]]) -> T:
+    def _read_sync(self, fn: Callable[[sqlite3.Connection, *Args], T], args: tuple[*Args]) -> T:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
             conn = connect(self.path)
@@ -96,7 +96,7 @@ class Engine:
                 self._reader_conns.append(conn)
         return fn(conn, *args)
 
-    async def write(self, fn: Callable[[sqlite3.Connection, Unpack[Args]], T], *args: Unpack[Args]) -> T:
+    async def write(self, fn: Callable[[sqlite3.Connection, *Args], T], *args: *Args) -> T:
         """Run fn(conn, *args) in the writer's transaction and return its result.
 
         Raises what fn raised (its changes are rolled back) or sqlite3.Error from the commit.
