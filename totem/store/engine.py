@@ -32,7 +32,7 @@ Args = TypeVarTuple("Args")
 # A row as sqlite gives it, before its JSON columns are decoded.
 Record = dict[str, Any]
 # What the writer is handed: fn, its arguments, and where its result goes.
-_Job = tuple[Callable[..., Any], tuple[Any, ...], asyncio.AbstractEventLoop, "asyncio.Future[Any]"]
+_Job = tuple[Callable[..., Any], tuple[Any, ...], asyncio.AbstractEventLoop, asyncio.Future[Any]]
 
 
 class Engine:
