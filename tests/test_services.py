@@ -154,7 +154,7 @@ class SessionRemovalTest(ServicesCase):
         [removed] = await self.events_of(ws, sid, lambda e: e["type"] == "session.updated")
         self.assertEqual(removed["data"]["session"], {"id": sid, "projectid": self.project["id"], "removed": True})
         for read in (self.services.sessions.read(sid), self.services.sessions.messages(sid, None, 100),
-                     self.services.sessions.todos(sid), self.services.sessions.jobs_of(sid),
+                     self.services.sessions.todos(sid), self.services.jobs.list(sid),
                      self.services.sessions.remove(sid)):
             with self.assertRaises(NotFound):
                 await read
@@ -234,7 +234,7 @@ class JobsEndWithSessionTest(ServicesCase):
         leader, inner = await self.start_job(sid, "job")
         self.assertEqual(os.getpgid(inner), leader)  # the grandchild is in the leader's group
         self.assertTrue(group_running(leader))
-        self.assertEqual([job["status"] for job in await self.services.sessions.jobs_of(sid)], ["running"])
+        self.assertEqual([job["status"] for job in await self.services.jobs.list(sid)], ["running"])
 
         await self.services.sessions.remove(sid)
 
@@ -258,18 +258,18 @@ class JobsEndWithSessionTest(ServicesCase):
         self.assertEqual(self.app.jobs.list(second["id"]), [])
 
     async def test_plan_mode_session_cannot_stop_a_job(self):
-        """Sessions.stop_job refuses in Plan mode and leaves the job running; unknown jobs are 404."""
+        """Jobs.stop refuses in Plan mode and leaves the job running; unknown jobs are 404."""
         sid = self.session["id"]
         await self.start_job(sid, "job")
-        [job] = await self.services.sessions.jobs_of(sid)
+        [job] = await self.services.jobs.list(sid)
         await self.run_to_idle(sid, reply("planned"), mode="plan")
         with self.assertRaises(Forbidden):
-            await self.services.sessions.stop_job(sid, job["id"])
-        self.assertEqual([j["status"] for j in await self.services.sessions.jobs_of(sid)], ["running"])
+            await self.services.jobs.stop(sid, job["id"])
+        self.assertEqual([j["status"] for j in await self.services.jobs.list(sid)], ["running"])
         await self.run_to_idle(sid, reply("building"), mode="build")
         with self.assertRaises(NotFound):
-            await self.services.sessions.stop_job(sid, "nope")
-        self.assertEqual((await self.services.sessions.stop_job(sid, job["id"]))["status"], "stopped")
+            await self.services.jobs.stop(sid, "nope")
+        self.assertEqual((await self.services.jobs.stop(sid, job["id"]))["status"], "stopped")
 
 
 class ProjectRemovalTest(ServicesCase):

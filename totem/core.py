@@ -19,12 +19,17 @@ from totem.mcp.servers import McpServers
 from totem.process.jobs import Jobs
 from totem.process.terminal import Terminals
 from totem.services.changes import Changes
+from totem.services.jobs import Jobs as JobsService
 from totem.services.project_servers import ProjectServersService
 from totem.services.projects import Projects
+from totem.services.prompts import Prompts
 from totem.services.providers import ProvidersService
 from totem.services.schedules import Schedules
+from totem.services.session_rows import SessionRows
 from totem.services.sessions import Sessions
 from totem.services.settings import Settings
+from totem.services.terminal import Terminal
+from totem.services.worktrees import Worktrees
 from totem.tools import default_registry
 from totem.workspace.forge import ForgeDocs
 from totem.workspace.snapshots import Snapshots
@@ -42,6 +47,9 @@ class Services:
     schedules: Schedules
     settings: Settings
     servers: ProjectServersService
+    worktrees: Worktrees
+    terminal: Terminal
+    jobs: JobsService
 
 
 class Core:
@@ -63,8 +71,12 @@ class Core:
                          forge=ForgeDocs(config.data, config.forgeurl), forge_mcp=forge_mcp, sandbox=sandbox)
         self.terminals = Terminals(hub, provider_service.scrubber, config.terminalshell)
         settings = Settings(store, config)
-        sessions = Sessions(store, hub, self.runs, self.jobs, self.providers, self.terminals, config.data, settings,
-                            sandbox)
+        rows = SessionRows(store, self.runs)
+        worktrees = Worktrees(rows, store, hub, self.runs, config.data)
+        terminal = Terminal(rows, self.terminals)
+        jobs = JobsService(rows, self.jobs)
+        prompts = Prompts(rows, store, hub, self.runs, self.providers, settings)
+        sessions = Sessions(rows, store, hub, self.runs, prompts, worktrees, jobs, terminal, sandbox)
         projects = Projects(store, sessions, self.snapshots, config.data)
         self.services = Services(sessions=sessions, projects=projects,
                                  providers=provider_service,
@@ -73,7 +85,8 @@ class Core:
                                  schedules=Schedules(store, hub, sessions, self.providers),
                                  settings=settings,
                                  servers=ProjectServersService(store, self.mcp_clients, forge_mcp,
-                                                               provider_service.scrubber))
+                                                               provider_service.scrubber),
+                                 worktrees=worktrees, terminal=terminal, jobs=jobs)
         # POST /$mcp/, only when config.ini says mcp = true.
         self.mcp = None
         if config.mcp:
