@@ -14,12 +14,14 @@ from dataclasses import dataclass
 from totem.agent.loop import Runs
 from totem.agent.providers import Providers
 from totem.agent.recovery import recover_changes
+from totem.agent.rules import SavedRules
 from totem.mcp.definitions import forge_definition
 from totem.mcp.servers import McpServers
 from totem.process.jobs import Jobs
 from totem.process.terminal import Terminals
 from totem.services.changes import Changes
 from totem.services.jobs import Jobs as JobsService
+from totem.services.permissions import Permissions
 from totem.services.project_servers import ProjectServersService
 from totem.services.projects import Projects
 from totem.services.prompts import Prompts
@@ -50,6 +52,7 @@ class Services:
     worktrees: Worktrees
     terminal: Terminal
     jobs: JobsService
+    permissions: Permissions
 
 
 class Core:
@@ -66,7 +69,8 @@ class Core:
         self.snapshots = Snapshots(store, hub, config.data, config.snapshotmb * 1024 * 1024)
         self.mcp_clients = McpServers()  # the project MCP servers that runs start
         forge_mcp = forge_definition(config.forgeurl) if config.forgemcp and config.forge else None
-        self.runs = Runs(store, hub, self.providers, default_registry(), config.steps, config.rules,
+        rules = SavedRules(store, config.rules)  # read and written by the gate and by Permissions
+        self.runs = Runs(store, hub, self.providers, default_registry(), config.steps, rules,
                          self.jobs, provider_service.scrubber, snapshots=self.snapshots, mcp=self.mcp_clients,
                          forge=ForgeDocs(config.data, config.forgeurl), forge_mcp=forge_mcp, sandbox=sandbox)
         self.terminals = Terminals(hub, provider_service.scrubber, config.terminalshell)
@@ -78,6 +82,7 @@ class Core:
         prompts = Prompts(rows, store, hub, self.runs, self.providers, settings)
         sessions = Sessions(rows, store, hub, self.runs, prompts, worktrees, jobs, terminal, sandbox)
         projects = Projects(store, sessions, self.snapshots, config.data)
+        kinds = lambda: self.runs.registry.kinds()  # noqa: E731 (tests may replace the registry)
         self.services = Services(sessions=sessions, projects=projects,
                                  providers=provider_service,
                                  changes=Changes(store, hub, self.snapshots, self.runs, self.jobs,
@@ -86,7 +91,8 @@ class Core:
                                  settings=settings,
                                  servers=ProjectServersService(store, self.mcp_clients, forge_mcp,
                                                                provider_service.scrubber),
-                                 worktrees=worktrees, terminal=terminal, jobs=jobs)
+                                 worktrees=worktrees, terminal=terminal, jobs=jobs,
+                                 permissions=Permissions(rules, kinds, projects, self.runs))
         # POST /$mcp/, only when config.ini says mcp = true.
         self.mcp = None
         if config.mcp:
