@@ -24,6 +24,10 @@ KEY = "sk-test-SERVICES-0123456789abcdef"
 COMPOSITION = ("app.py", "core.py")
 ADAPTERS = ("http", "cli.py")
 SERVICES = ("services",)
+# What an adapter reaches only through the services: the concerns that the App and the core hold
+# (and the core itself), named after the attributes that hold them.
+CONCERNS_ON_APP = frozenset(("store", "runs", "hub", "jobs", "snapshots", "providers", "mcp_clients", "vault",
+                             "terminals", "sandbox", "core"))
 TODO_ITEMS = [{"text": "look", "status": "done"}]
 
 
@@ -56,6 +60,35 @@ def imported_modules(tree, relpath: str) -> set[str]:
         elif isinstance(node, ast.Import):
             found.update(alias.name[len("totem."):] for alias in node.names if alias.name.startswith("totem."))
     return found
+
+
+def past_the_services(tree) -> list[str]:
+    """The attribute chains of a module that reach a concern on a Context or the App:
+    `ctx.app.store`, `self.app.runs`, `app.hub`, `ctx.store`..."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in CONCERNS_ON_APP:
+            owner = node.value
+            if (isinstance(owner, ast.Name) and owner.id in ("app", "ctx")) or \
+                    (isinstance(owner, ast.Attribute) and owner.attr == "app"):
+                found.append((node.lineno, node.col_offset, f"{ast.unparse(node)} (line {node.lineno})"))
+    return [shown for _line, _column, shown in sorted(found)]
+
+
+# A module that reaches past the services three ways, and calls one the right way.
+OFFENDER = """
+async def list_rules(ctx):
+    rows = await ctx.app.store.list_rules(None)
+    ctx.app.runs.reply_permission(ctx.id, "once", None)
+    return rows + await ctx.services.permissions.list(None)
+
+class Router:
+    async def websocket(self, request):
+        await serve(self.app.hub, request)
+
+async def attachment(app, ident):
+    return await app.store.get_attachment(ident)
+"""
 
 
 def layer(relpath: str) -> str:
@@ -420,6 +453,21 @@ class LayersTest(unittest.TestCase):
                 bad = {m for m in imported_modules(tree, relpath)
                        if layer_of_module(m) in ("service", "adapter", "composition")}
                 self.assertEqual(bad, set(), relpath)
+
+    def test_adapters_reach_no_concern_past_the_services(self):
+        """No adapter (the API handlers, the routes, the MCP route, `totem run`) reaches a concern
+        through a Context or the App (`ctx.app.store`, `ctx.app.runs`, `self.app.hub`...): it
+        calls a service, or is handed what it needs by the composition root."""
+        for relpath, tree in package_files():
+            if layer(relpath) == "adapter":
+                self.assertEqual(past_the_services(tree), [], relpath)
+
+    def test_the_check_of_adapters_flags_an_offender(self):
+        """The check above finds each reach past the services in a sample, and not the call of
+        a service."""
+        self.assertEqual(past_the_services(ast.parse(OFFENDER)),
+                         ["ctx.app.store (line 3)", "ctx.app.runs (line 4)", "self.app.hub (line 9)",
+                          "app.store (line 12)"])
 
     def test_the_layers_are_known_folders(self):
         """The check above reads the folders: each named layer exists, so a rename cannot empty it."""
