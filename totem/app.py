@@ -20,11 +20,13 @@ from typing import TYPE_CHECKING
 
 from totem.config import Config, ConfigError, default_config_path, load_config
 from totem.events import Hub
-from totem.http.auth import Perimeter, access_token, signin_url
+from totem.http.auth import Perimeter, access_token, mcp_token_digest, signin_url
 from totem.http.httpd import HttpServer
 from totem.http.routes import Router, api_module_names
 from totem.rows import PartRow
 from totem.security.vault import Vault
+from totem.services.attachments import Attachments
+from totem.services.tokens import McpTokens
 from totem.store import Store
 
 if TYPE_CHECKING:
@@ -69,7 +71,10 @@ class App:
         self._sandboxing: asyncio.Future | None = None
         self.hub = Hub(self)  # the App is the hub's events.Replay (below)
         self.perimeter = Perimeter(config, self.store)
-        self.router = Router(self, static_dir)
+        # The services the account actions and the attachments need, which answer before the core.
+        self.tokens = McpTokens(self.store, config, mcp_token_digest)
+        self.attachments = Attachments(self.store)
+        self.router = Router(self, static_dir, self.hub)
         self.http = HttpServer(self.router.handle, config.headtimeout, config.bodytimeout, config.keepalive,
                                config.writetimeout, config.sendbudgetmb * 1024 * 1024, config.maxconnections)
         self._core: Core | None = None

@@ -30,6 +30,7 @@ from totem.agent.providers import redact
 from totem.agent.questions import Questions
 from totem.agent.recorder import OpenPart, Recorder
 from totem.agent.requests import Requests
+from totem.agent.rules import SavedRules
 from totem.agent.run import Run, RunRequest
 from totem.agent.servers import ProjectServers
 from totem.agent.stream import ToolCall
@@ -62,7 +63,7 @@ class Runs:
 
     calls: ToolCalls  # made after the gate, whose `kinds` reads it when called
 
-    def __init__(self, store: Store, hub, providers, registry, steps: int, config_rules=(), jobs=None,
+    def __init__(self, store: Store, hub, providers, registry, steps: int, rules: SavedRules | None = None, jobs=None,
                  scrubber=None, backoff_first_s: float = BACKOFF_FIRST_S, snapshots=None, mcp=None,
                  forge=None, forge_mcp=None, sandbox=None):
         self.store = store
@@ -74,7 +75,7 @@ class Runs:
         kinds = lambda: self.calls.registry.kinds()  # noqa: E731 (the registry may be replaced)
         self.questions = Questions(hub, store.ids.new, kinds)
         self.recorder = Recorder(store, hub)
-        self.gate = PermissionGate(store, self.questions, kinds, config_rules)
+        self.gate = PermissionGate(store, self.questions, kinds, rules or SavedRules(store))
         self.calls = ToolCalls(registry, self.gate, self.recorder, store, hub,
                                scrubber or Scrubber.empty, jobs, snapshots, sandbox)
         self.answers = Answers(store, hub, self.recorder, lambda: self.calls.registry)

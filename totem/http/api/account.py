@@ -8,17 +8,12 @@ lands.
 
 from __future__ import annotations
 
-import secrets
-
 from totem import __version__
-from totem.errors import BadRequest, NotFound
+from totem.errors import BadRequest
 from totem.http.api import Action, Input, success
-from totem.http.auth import mcp_token_digest
 from totem.http.httpd import json_response
 
-MCP_TOKEN_BYTES = 32
 MAX_MCP_TOKEN_NAME_CHARS = 100
-MAX_MCP_TOKENS = 100
 
 # What the protocol text names, by whether it is built (issue 10, "Truthful surfaces").
 CAPABILITIES = {
@@ -49,7 +44,7 @@ async def read_account(ctx):
     return {
         "user": {"id": "local", "name": "local"},
         "token": bool(config.token),
-        "mcptokens": bool(config.mcptoken) or bool(await ctx.app.store.list_mcp_tokens()),
+        "mcptokens": await ctx.tokens.any(),
         "version": __version__,
         "capabilities": CAPABILITIES | {"cookiesecure": config.cookiesecure, "mcp": bool(config.mcp)},
         # The sandbox of the agent's processes: mode, layers, which protections hold (sandbox.py).
@@ -87,7 +82,7 @@ async def logout(ctx):
 
 async def list_mcp_tokens(ctx):
     """The MCP-only tokens made here: id, name and when; never the token."""
-    return {"tokens": await ctx.app.store.list_mcp_tokens(), "config": bool(ctx.app.config.mcptoken)}
+    return await ctx.tokens.list()
 
 
 async def create_mcp_token(ctx):
@@ -95,18 +90,11 @@ async def create_mcp_token(ctx):
     body = Input(await ctx.request.json(), ("name",))
     name = body.text("name", required=True, max_chars=MAX_MCP_TOKEN_NAME_CHARS)
     body.done()
-    store = ctx.app.store
-    if len(await store.list_mcp_tokens()) >= MAX_MCP_TOKENS:
-        raise BadRequest(("name", f"there are already {MAX_MCP_TOKENS} MCP tokens; remove one first"))
-    token = "mcp-" + secrets.token_urlsafe(MCP_TOKEN_BYTES)
-    row = await store.add_mcp_token(mcp_token_digest(token), name)
-    return row | {"token": token}
+    return await ctx.tokens.create(name)
 
 
 async def remove_mcp_token(ctx):
-    if not await ctx.app.store.remove_mcp_token(ctx.id):
-        raise NotFound(("id", "no such MCP token"))
-    return success(ctx.id)
+    return success(await ctx.tokens.remove(ctx.id))
 
 
 ACTIONS = (

@@ -2,7 +2,8 @@
 and Questions|reply: the conversations of a project.
 
 Each handler checks the fields of its input and calls `ctx.services.sessions`, where the use
-case lives (`totem/services/sessions.py`): the write, the events and the cascade of a removal.
+case lives (`totem/services/sessions.py`): the write, the events and the cascade of a removal;
+a session's jobs and worktree have services of their own (`ctx.services.jobs`, `worktrees`).
 """
 
 from __future__ import annotations
@@ -247,7 +248,7 @@ async def list_todos(ctx):
 async def list_jobs(ctx):
     await require_session(ctx)
     ctx.params(()).done()
-    return await ctx.services.sessions.jobs_of(ctx.id)
+    return await ctx.services.jobs.list(ctx.id)
 
 
 async def stop_job(ctx):
@@ -255,7 +256,7 @@ async def stop_job(ctx):
     body = await ctx.body(("job",))
     jobid = body.text("job", required=True, max_chars=64)
     body.done()
-    return await ctx.services.sessions.stop_job(ctx.id, jobid)
+    return await ctx.services.jobs.stop(ctx.id, jobid)
 
 
 async def undo_session(ctx):
@@ -307,19 +308,19 @@ async def save_as(ctx):
 async def session_git(ctx):
     await require_session(ctx)
     ctx.params(()).done()
-    return await ctx.services.sessions.git(ctx.id)
+    return await ctx.services.worktrees.git(ctx.id)
 
 
 async def merge_worktree(ctx):
     await require_session(ctx)
     ctx.params(()).done()
-    return await ctx.services.sessions.worktree_merge(ctx.id)
+    return await ctx.services.worktrees.merge(ctx.id)
 
 
 async def discard_worktree(ctx):
     await require_session(ctx)
     ctx.params(()).done()
-    return await ctx.services.sessions.worktree_discard(ctx.id)
+    return await ctx.services.worktrees.discard(ctx.id)
 
 
 ACTIONS = (
