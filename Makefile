@@ -47,8 +47,13 @@ check: $(VENV)/.dev
 	$(BIN)/ruff check .
 	$(BIN)/mypy totem
 
+# The suite runs in TEST_WORKERS processes (pytest-xdist; 2 to 4, by the machine's processors),
+# each in Python's development mode with every warning an error; TEST_WORKERS=0 runs it in one.
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; [ $$n -lt 2 ] && n=2; echo $$n)
+TEST_PYTHON := $(BIN)/python -X dev -W error
 test: $(VENV)/.dev $(MCP2_VENV)/.installed system-packages
-	PYTHONASYNCIODEBUG=1 $(BIN)/python -X dev -W error -m pytest -q tests
+	PYTHONASYNCIODEBUG=1 $(TEST_PYTHON) -m pytest -q \
+		$(if $(filter-out 0,$(TEST_WORKERS)),-d --tx '$(TEST_WORKERS)*popen//python=$(TEST_PYTHON)') tests
 
 # The README's screenshots (screenshots/gallery-*.png), taken by the browser tests.
 screenshots: $(VENV)/.dev system-packages
