@@ -44,7 +44,7 @@ class LoopCase(TotemCase):
         await super().asyncSetUp()
         self.model = await ScriptedModel().__aenter__()
         self.addAsyncCleanup(self.model.__aexit__, None, None, None)
-        self.app.runs.backoff_first_s = 0.01
+        self.app.runs.steps.backoff_first_s = 0.01
         root = self.folder("proj")
         with open(os.path.join(root, "a.txt"), "w") as handle:
             handle.write("hello world\nsecond line\n")
@@ -357,7 +357,7 @@ class LoopTest(LoopCase):
 
     async def test_step_limit(self):
         """A run stops at the step limit with an error event."""
-        self.app.runs.steps = 2
+        self.app.runs.steps.limit = 2
         self.model.script(reply(tool_calls=[("read", {"path": "a.txt"})]),
                           reply(tool_calls=[("glob", {"pattern": "*"})]))
         await self.prompt()

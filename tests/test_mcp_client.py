@@ -204,7 +204,7 @@ class StdioServerTest(McpClientCase):
     async def test_a_server_that_exits_mid_call_or_hangs_ends_the_call_with_an_error(self):
         """A call whose server exits ends as an error naming the exit; a call that gets no answer
         ends at its timeout; the run goes on and the model reads both errors."""
-        self.app.runs.project_servers.call_timeout_s = 0.5
+        self.app.runs.parts.project_servers.call_timeout_s = 0.5
         self.define({"notes": stdio_definition()})
         await call(self.app, "permissions_save", {"projectid": self.project["id"], "tool": "mcp",
                                                   "pattern": "notes/*", "action": "allow"})

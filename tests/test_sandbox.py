@@ -448,7 +448,7 @@ class UnattendedTest(SandboxCase):
         """The confinement of a bash call (agent/calls.py): the network on for a run the person
         watches, off for a scheduled run and a sub-agent unless `unattendednetwork` says on; a
         TCP connection from a scheduled run's command fails."""
-        calls, bash = self.app.runs.calls, self.app.runs.registry.get("bash")
+        calls, bash = self.app.runs.parts.calls, self.app.runs.registry.get("bash")
         watched = Asker("s1", "p1", self.root)
         scheduled = Asker("s1", "p1", self.root, scheduled=True)
         subagent = Asker("s2", "p1", self.root, depth=1)

@@ -116,7 +116,7 @@ class ServicesCase(TotemCase):
         await super().asyncSetUp()
         self.model = await ScriptedModel().__aenter__()
         self.addAsyncCleanup(self.model.__aexit__, None, None, None)
-        self.app.runs.backoff_first_s = 0.01
+        self.app.runs.steps.backoff_first_s = 0.01
         self.services = self.app.services
         self.root = self.folder("proj")
         with open(os.path.join(self.root, ".env"), "w") as handle:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from totem.agent.assembly import Surroundings, assemble
 from totem.agent.loop import Runs
 from totem.agent.providers import Providers
 from totem.agent.recovery import recover_changes
@@ -70,9 +71,9 @@ class Core:
         self.mcp_clients = McpServers()  # the project MCP servers that runs start
         forge_mcp = forge_definition(config.forgeurl) if config.forgemcp and config.forge else None
         rules = SavedRules(store, config.rules)  # read and written by the gate and by Permissions
-        self.runs = Runs(store, hub, self.providers, default_registry(), config.steps, rules,
-                         self.jobs, provider_service.scrubber, snapshots=self.snapshots, mcp=self.mcp_clients,
-                         forge=ForgeDocs(config.data, config.forgeurl), forge_mcp=forge_mcp, sandbox=sandbox)
+        around = Surroundings(rules, self.jobs, provider_service.scrubber, self.snapshots, self.mcp_clients,
+                              ForgeDocs(config.data, config.forgeurl), forge_mcp, sandbox)
+        self.runs = Runs(store, hub, self.providers, assemble(store, hub, default_registry(), around), config.steps)
         self.terminals = Terminals(hub, provider_service.scrubber, config.terminalshell)
         settings = Settings(store, config)
         rows = SessionRows(store, self.runs)

@@ -197,7 +197,7 @@ class LongSessionTest(PricedCase):
         reached, release = asyncio.Event(), asyncio.Event()
         steps[STEER_AT] = Held(steps[STEER_AT], reached, release)
         self.model.script(*steps, reply("done walking", max_piece=WHOLE), reply("the report", max_piece=WHOLE))
-        self.app.runs.steps = STEPS + 1
+        self.app.runs.steps.limit = STEPS + 1
         answer = await self.prompt(PROMPT)
         self.assertEqual(answer.status, 200, answer.body)
         await asyncio.wait_for(reached.wait(), 60)

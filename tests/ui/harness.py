@@ -64,7 +64,7 @@ class LiveTotem:
             return server, await server.__aenter__()
         self._server, self.app = self.call(start())
         self.port = self.app.port
-        self.app.runs.backoff_first_s = 0.01
+        self.app.runs.steps.backoff_first_s = 0.01
         # "Detect local servers" finds the scripted model as a llama.cpp server, and nothing else.
         self.app.providers.detect_urls = {"llamacpp": self.model.base}
 

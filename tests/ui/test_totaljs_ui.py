@@ -110,7 +110,7 @@ def docs(live):
     """A local Forge documentation server, as the runs' documentation (forgeurl) while the test runs."""
     server = live.call(Server({"/llms.txt": answer(response(200, INDEX.encode(), "text/plain")),
                                "/total5/routing/": answer(response(200, ROUTING, "text/html"))}).__aenter__())
-    knowledge = live.app.runs.knowledge
+    knowledge = live.app.runs.parts.knowledge
     kept = knowledge.docs
     try:
         yield server, knowledge

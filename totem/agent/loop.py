@@ -14,93 +14,57 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 
 from totem.agent import turns
-from totem.agent.answers import Answers
-from totem.agent.calls import ToolCalls
-from totem.agent.context import load_prompt
-from totem.agent.ending import RunEnding, full_reason
-from totem.agent.gate import Asker, PermissionGate
-from totem.agent.hooks import Compaction, ProjectTools, StepHook, TotalJsReview
-from totem.agent.knowledge import TotalJsKnowledge
+from totem.agent.assembly import AgentParts
+from totem.agent.ending import full_reason
+from totem.agent.gate import Asker
 from totem.agent.provider_errors import ProviderError
 from totem.agent.providers import redact
-from totem.agent.questions import Questions
-from totem.agent.recorder import OpenPart, Recorder
-from totem.agent.requests import Requests
-from totem.agent.rules import SavedRules
-from totem.agent.run import Run, RunRequest
-from totem.agent.servers import ProjectServers
-from totem.agent.stream import ToolCall
+from totem.agent.queued import PromptQueue
+from totem.agent.run import Run, RunRefused, RunRequest
+from totem.agent.steps import BACKOFF_FIRST_S, StepLimitReached, Steps
 from totem.agent.subagents import SubAgents
 from totem.agent.turns import Prompt
 from totem.errors import out_of_space
 from totem.events import RunError, SessionStatus
 from totem.rows import PartRow
 from totem.security.boundary import session_root
-from totem.security.vault import Scrubber
 from totem.store import Store
 
 log = logging.getLogger("totem.agent")
 
-MAX_RETRIES = 4
-BACKOFF_FIRST_S = 1.0
-BACKOFF_MAX_S = 60.0
-LOOP_GUARD_REPEATS = 3
 REASONING_LEVELS = ("none", "low", "medium", "high")
 
 __all__ = ["Runs", "RunRefused", "Prompt", "REASONING_LEVELS"]
 
 
-class RunRefused(Exception):
-    """A prompt that cannot start (the session is already running)."""
-
-
 class Runs:
     """The runs of every session of one Totem."""
 
-    calls: ToolCalls  # made after the gate, whose `kinds` reads it when called
-
-    def __init__(self, store: Store, hub, providers, registry, steps: int, rules: SavedRules | None = None, jobs=None,
-                 scrubber=None, backoff_first_s: float = BACKOFF_FIRST_S, snapshots=None, mcp=None,
-                 forge=None, forge_mcp=None, sandbox=None):
+    def __init__(self, store: Store, hub, providers, parts: AgentParts, steps: int,
+                 backoff_first_s: float = BACKOFF_FIRST_S):
         self.store = store
         self.hub = hub
         self.providers = providers
-        self.steps = steps
-        self.backoff_first_s = backoff_first_s
+        self.parts = parts
+        # The doors others use: the questions that wait, the open parts, the gate's pinned files.
+        self.questions, self.recorder, self.gate = parts.questions, parts.recorder, parts.gate
+        self.steps = Steps(parts, hub, steps, backoff_first_s)
+        self.queue = PromptQueue(store, hub)
         self._runs: dict[str, Run] = {}
-        kinds = lambda: self.calls.registry.kinds()  # noqa: E731 (the registry may be replaced)
-        self.questions = Questions(hub, store.ids.new, kinds)
-        self.recorder = Recorder(store, hub)
-        self.gate = PermissionGate(store, self.questions, kinds, rules or SavedRules(store))
-        self.calls = ToolCalls(registry, self.gate, self.recorder, store, hub,
-                               scrubber or Scrubber.empty, jobs, snapshots, sandbox)
-        self.answers = Answers(store, hub, self.recorder, lambda: self.calls.registry)
         self.subagents = SubAgents(self)
-        self.knowledge = TotalJsKnowledge(forge, self.recorder) if forge is not None else None
-        self.calls.delegate = self.subagents.delegate
-        self.project_servers = (ProjectServers(mcp, self.gate, self.recorder, store, hub, forge_mcp,
-                                               scrubber or Scrubber.empty, sandbox)
-                                if mcp is not None else None)
-        self.compaction = Compaction(self.answers, self.recorder)
-        self.hooks: list[StepHook] = [
-            *([ProjectTools(self.project_servers, lambda: self.registry)] if self.project_servers else []),
-            *([TotalJsReview(self.knowledge)] if self.knowledge is not None else []),
-            self.compaction]
-        self.requests = Requests(store, load_prompt("system.txt"), self.hooks)
-        self.ending = RunEnding(store, self.recorder)
+        parts.calls.delegate = self.subagents.delegate
 
     @property
     def registry(self):
         """The tools of every run (replaceable, for tests that add a tool of their own)."""
-        return self.calls.registry
+        return self.parts.calls.registry
 
     @registry.setter
     def registry(self, registry) -> None:
-        self.calls.registry = registry
+        self.parts.calls.registry = registry
 
     # -- the door: prompt, abort, answer ----------------------------------------------------
 
@@ -122,18 +86,11 @@ class Runs:
         if steer:
             message = await turns.store_user_message(self.store, self.hub, session, prompt, {"steer": True})
             return {"messageid": message["id"], "steered": True}
-        message = await turns.store_user_message(self.store, self.hub, session, prompt, {"queued": True})
-        run.queue.append((message["id"], prompt, dict(limits or {})))
-        return {"messageid": message["id"], "queued": True}
+        return {"messageid": await self.queue.add(run, session, prompt, limits), "queued": True}
 
     async def unqueue(self, sessionid: str, messageid: str) -> bool:
         """Take back a prompt that waits for the current run to end; False when none waits."""
-        run = self._runs.get(sessionid)
-        if run is None or not any(item[0] == messageid for item in run.queue):
-            return False
-        run.queue = [item for item in run.queue if item[0] != messageid]
-        await self.store.remove_message(messageid)
-        return True
+        return await self.queue.remove(self._runs.get(sessionid), messageid)
 
     async def start_prompt(self, session: dict, project: dict, prompt: Prompt, limits: dict | None = None,
                            messageid: str | None = None, parent: Asker | None = None) -> str:
@@ -208,14 +165,14 @@ class Runs:
 
     async def stop_servers(self, sessionid: str) -> None:
         """Stop the project MCP servers of a session that goes away."""
-        if self.project_servers is not None:
-            await self.project_servers.servers.stop_session(sessionid)
+        if self.parts.project_servers is not None:
+            await self.parts.project_servers.servers.stop_session(sessionid)
 
     async def stop_all(self) -> None:
         for sessionid in list(self._runs):
             await self.abort(sessionid)
-        if self.project_servers is not None:
-            await self.project_servers.servers.stop_all()
+        if self.parts.project_servers is not None:
+            await self.parts.project_servers.servers.stop_all()
         await self.recorder.stop()
 
     # -- one run ----------------------------------------------------------------------------
@@ -236,6 +193,9 @@ class Runs:
             status = await self._steps(run)
         except asyncio.CancelledError:
             status = "aborted"
+        except StepLimitReached as exc:
+            self._fail(run, str(exc))
+            status = "error"
         except ProviderError as exc:
             self._fail(run, redact(exc.message, run.key))
             status = "error"
@@ -249,33 +209,16 @@ class Runs:
             status = "error"
         finally:
             try:
-                await asyncio.shield(self.ending.close(run, status))
+                await asyncio.shield(self.parts.ending.close(run, status))
             finally:  # forgotten and announced whatever the store took: never left running
                 self._runs.pop(sessionid, None)
                 self.subagents.forget(sessionid)
                 self.hub.publish(SessionStatus(sessionid, status))
-            await asyncio.shield(self._next_queued(run, status))
+            await asyncio.shield(self.queue.next_after(run, status, self._start_queued, self._runs.get))
 
-    async def _next_queued(self, run: Run, status: str) -> None:
-        """After a run, the next queued prompt runs (the rest stay queued behind it); after an
-        abort none does, and the queued messages stay in the conversation as said, not run."""
-        if not run.queue:
-            return
-        if status == "aborted":
-            for messageid, _prompt, _limits in run.queue:
-                await self.store.set_message_queued(messageid, False)
-            return
-        (messageid, prompt, limits), rest = run.queue[0], run.queue[1:]
-        session = await self.store.get_session(run.request.sessionid)
-        if session is None:
-            return
-        try:
-            await self.start_prompt(dict(session), run.request.project, prompt, limits, messageid=messageid)
-        except RunRefused:  # another prompt started first: the queue goes behind it
-            pass
-        follow = self._runs.get(session["id"])
-        if follow is not None:
-            follow.queue = rest + follow.queue
+    async def _start_queued(self, session: dict, project: dict, prompt: Prompt, limits: dict,
+                            messageid: str) -> str:
+        return await self.start_prompt(session, project, prompt, limits, messageid=messageid)
 
     async def _steps(self, run: Run) -> str:
         request = run.request
@@ -283,54 +226,9 @@ class Runs:
         run.key = target.key
         if request.compact_only:
             window = target.context or target.kind.default_context
-            await self.compaction.compact(run, target, await self.requests.messages(run), window)
+            await self.parts.compaction.compact(run, target, await self.parts.requests.messages(run), window)
             return "idle"
-        for hook in self.hooks:
+        for hook in self.parts.hooks:
             await hook.begin(run)
-        repeats: list[str] = []
-        steps = request.limits.get("steps") or self.steps
-        for _step in range(steps):
-            calls, parts = await self._answer_with_retries(run, target)
-            if not calls:
-                return "idle"
-            for call in calls:
-                signature = call.name + "\0" + _canonical(call.arguments)
-                repeats = repeats + [signature] if repeats and repeats[-1] == signature else [signature]
-                if len(repeats) >= LOOP_GUARD_REPEATS:
-                    answer = await self.gate.question(
-                        request.asker, f"The model called {call.name} with the same input "
-                        f"{LOOP_GUARD_REPEATS} times in a row. Go on?", ["Go on", "Stop"])
-                    if answer != "Go on":
-                        return "idle"
-                    repeats = []
-                await self.calls.run(request.asker, parts[call.id], call, request.limits, run.tools)
-        self._fail(run, f"The run stopped after {steps} model calls (the step limit); "
-                        "send a prompt to go on.")
-        return "error"
-
-    # -- one model answer -------------------------------------------------------------------
-
-    async def _answer_with_retries(self, run: Run, target) -> tuple[list[ToolCall], dict[str, OpenPart]]:
-        attempt = 0
-        while True:
-            try:
-                body = await self.requests.body(run, target, self.registry)
-                return await self.answers.stream(run.request.sessionid, run.request.prompt.model, target, body,
-                                                 prompt=run.messageid, review=run.review,
-                                                 encoder=run.history.encoder)
-            except ProviderError as exc:
-                attempt += 1
-                if not exc.retry or attempt > MAX_RETRIES:
-                    raise
-                delay = exc.retry_after if exc.retry_after is not None else self.backoff_first_s * 2 ** (attempt - 1)
-                delay = min(delay, BACKOFF_MAX_S)
-                message = redact(f"{exc.message} Trying again in {delay:g} s.", run.key)
-                self.hub.publish(RunError(run.request.sessionid, message, True))
-                await asyncio.sleep(delay)
-
-
-def _canonical(arguments: str) -> str:
-    try:
-        return json.dumps(json.loads(arguments or "{}"), sort_keys=True)
-    except json.JSONDecodeError:
-        return arguments
+        await self.steps.take(run, target)
+        return "idle"

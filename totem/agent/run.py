@@ -17,6 +17,10 @@ if TYPE_CHECKING:
     from totem.tools import Registry
 
 
+class RunRefused(Exception):
+    """A prompt that cannot start (the session is already running)."""
+
+
 @dataclass(frozen=True)
 class RunRequest:
     """What a run was asked to do; nothing changes it while the run goes on."""

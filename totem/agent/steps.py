@@ -1,0 +1,88 @@
+"""The steps of one run: a model answer, then the tool calls it asked for, until an answer
+calls none or the step limit is reached. A provider's passing error (a rate limit, an overload)
+is retried with a growing wait; the loop guard asks the person before a third identical call in
+a row runs.
+
+Must not: start, end or queue runs (loop.py), or write parts other than through the parts it
+is given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from totem.agent.assembly import AgentParts
+from totem.agent.provider_errors import ProviderError
+from totem.agent.providers import redact
+from totem.agent.recorder import OpenPart
+from totem.agent.run import Run
+from totem.agent.stream import ToolCall
+from totem.events import RunError
+
+MAX_RETRIES = 4
+BACKOFF_FIRST_S = 1.0
+BACKOFF_MAX_S = 60.0
+LOOP_GUARD_REPEATS = 3
+
+
+class StepLimitReached(Exception):
+    """The run made as many model calls as it may; the message says what to do."""
+
+
+class Steps:
+    def __init__(self, parts: AgentParts, hub, limit: int, backoff_first_s: float = BACKOFF_FIRST_S):
+        self.parts = parts
+        self.hub = hub
+        self.limit = limit  # model calls of a run, unless its settings say otherwise
+        self.backoff_first_s = backoff_first_s
+
+    async def take(self, run: Run, target) -> None:
+        """Every step of `run`. Raises StepLimitReached, ProviderError (not passing, or retried
+        MAX_RETRIES times), and what a step raises."""
+        request = run.request
+        repeats: list[str] = []
+        steps = request.limits.get("steps") or self.limit
+        for _step in range(steps):
+            calls, parts = await self.answer(run, target)
+            if not calls:
+                return
+            for call in calls:
+                signature = call.name + "\0" + _canonical(call.arguments)
+                repeats = repeats + [signature] if repeats and repeats[-1] == signature else [signature]
+                if len(repeats) >= LOOP_GUARD_REPEATS:
+                    answer = await self.parts.gate.question(
+                        request.asker, f"The model called {call.name} with the same input "
+                        f"{LOOP_GUARD_REPEATS} times in a row. Go on?", ["Go on", "Stop"])
+                    if answer != "Go on":
+                        return
+                    repeats = []
+                await self.parts.calls.run(request.asker, parts[call.id], call, request.limits, run.tools)
+        raise StepLimitReached(f"The run stopped after {steps} model calls (the step limit); "
+                               "send a prompt to go on.")
+
+    async def answer(self, run: Run, target) -> tuple[list[ToolCall], dict[str, OpenPart]]:
+        """One model answer streamed into parts, retried on a passing provider error."""
+        attempt = 0
+        while True:
+            try:
+                body = await self.parts.requests.body(run, target, self.parts.calls.registry)
+                return await self.parts.answers.stream(run.request.sessionid, run.request.prompt.model, target,
+                                                       body, prompt=run.messageid, review=run.review,
+                                                       encoder=run.history.encoder)
+            except ProviderError as exc:
+                attempt += 1
+                if not exc.retry or attempt > MAX_RETRIES:
+                    raise
+                delay = exc.retry_after if exc.retry_after is not None else self.backoff_first_s * 2 ** (attempt - 1)
+                delay = min(delay, BACKOFF_MAX_S)
+                message = redact(f"{exc.message} Trying again in {delay:g} s.", run.key)
+                self.hub.publish(RunError(run.request.sessionid, message, True))
+                await asyncio.sleep(delay)
+
+
+def _canonical(arguments: str) -> str:
+    try:
+        return json.dumps(json.loads(arguments or "{}"), sort_keys=True)
+    except json.JSONDecodeError:
+        return arguments
