@@ -21,6 +21,7 @@ import os
 import random
 import re
 import socket
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ MAX_REQUEST_BODY_BYTES = 32 * 1024 * 1024
 DEFAULT_MAX_PIECE = 64
 FAST_WRITE_BYTES = 64 * 1024
 MODEL_ID = "scripted-model"
+HOLD_LIMIT_S = 60.0  # a held stream goes on by itself after this, so a test that fails never hangs
 
 # Where each models fixture is served (the server's base is /v1 whatever the real provider's is).
 MODEL_ROUTES = {
@@ -208,6 +210,11 @@ class Stream:
     max_piece: int = DEFAULT_MAX_PIECE
     interval: float = 0.0
     content_type: str = "text/event-stream"
+    # With `release`, the stream stops after `hold_after` events until the test sets it (a
+    # threading.Event: a browser test sets it from its own thread), so that a state of the
+    # answer in the middle is seen however slow the machine.
+    release: threading.Event | None = None
+    hold_after: int = 0
 
 
 @dataclass
@@ -437,14 +444,16 @@ class ScriptedModel:
         await writer.drain()
 
     async def _send_constructed(self, writer: asyncio.StreamWriter, stream: Stream) -> None:
-        if not stream.interval:
+        if not stream.interval and stream.release is None:
             body = encode_events(stream.events, stream.done)
             pieces = _random_pieces(body, random.Random(stream.seed), stream.max_piece)
             await self._send_stream(writer, pieces, stream.content_type, stream.transfer, len(body))
             return
         await _send_head(writer, 200, {"Content-Type": stream.content_type,
                                        "Transfer-Encoding": "chunked"})
-        for event in stream.events + (["data: [DONE]\n\n"] if stream.done else []):
+        for index, event in enumerate(stream.events + (["data: [DONE]\n\n"] if stream.done else [])):
+            if stream.release is not None and index == stream.hold_after:
+                await asyncio.to_thread(stream.release.wait, HOLD_LIMIT_S)
             await _send_pieces(writer, [encode_events([event], done=False)], "chunked")
             await asyncio.sleep(stream.interval)
         await _send_pieces(writer, [], "chunked", end=True)

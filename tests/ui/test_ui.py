@@ -6,6 +6,7 @@ import json
 import os
 import re
 import subprocess
+import threading
 import time
 
 import pytest
@@ -84,10 +85,12 @@ def test_login_open_project_and_stream_answer(live, context):
     expect(other.locator("#session-title")).to_have_text("New session")
     expect(other.locator("#connection")).to_have_attribute("data-state", "open")
 
+    held = threading.Event()  # the answer waits after its first text delta until the page shows it streaming
     live.model.script(reply("## Result\n\nThe file says **hello world**.\n\n```python\nprint('hello world')\n```\n",
-                            reasoning="Reading a.txt first.", interval=0.08))
+                            reasoning="Reading a.txt first.", interval=0.02, release=held, hold_after=6))
     send(page, "Look at a.txt")
     expect(page.locator(".part.text.streaming")).to_have_count(1)
+    held.set()
     for tab in (page, other):
         expect(tab.locator(".msg.user").last).to_contain_text("Look at a.txt")
         expect(tab.locator(".msg.assistant .md").last).to_contain_text("The file says hello world.")
