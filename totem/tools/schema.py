@@ -3,8 +3,9 @@
 Supported: `type` (object, string, integer, number, boolean, array; or a list of them, which
 may add null), `properties`, `required`, `additionalProperties: false`, `enum`, `const`,
 `minimum`, `maximum`, `minLength`, `maxLength`, `pattern` (searched, as JSON Schema says),
-`items`, `minItems`, `maxItems`, `minProperties`, `maxProperties`, `oneOf` of objects told
-apart by one property's `const` (OpenAPI's discriminator), and the annotations `description`,
+`items`, `minItems`, `maxItems`, `minProperties`, `maxProperties`, `anyOf` of `required`
+lists (which fields go together), `oneOf` of objects told apart by one property's `const`
+(OpenAPI's discriminator), and the annotations `description`,
 `default` and `examples` (a schema of annotations alone takes any value). `problems()` finds
 every problem at once, each with the field, the rule and the schema that was broken;
 `validate()` words them ("offset: must be an integer ≥ 1") so that a model can fix all of them
@@ -27,7 +28,7 @@ from typing import Any
 SUPPORTED_KEYWORDS = frozenset({
     "type", "properties", "required", "additionalProperties", "enum", "minimum", "maximum",
     "minLength", "maxLength", "pattern", "items", "minItems", "maxItems", "minProperties", "maxProperties",
-    "oneOf", "const",
+    "anyOf", "oneOf", "const",
     "description", "default", "examples",
 })
 ANNOTATIONS = frozenset({"description", "default", "examples"})
@@ -77,6 +78,10 @@ def check_schema(schema: dict, where: str = ROOT_NAME) -> None:
             raise ValueError(f"{where}: required {name!r} is not among the properties")
     if "items" in schema:
         check_schema(schema["items"], f"{where}[]")
+    for branch in schema.get("anyOf", ()):
+        if not isinstance(branch, dict) or set(branch) - {"required", "description"} \
+                or not set(branch.get("required", ())) <= set(schema.get("properties", {})):
+            raise ValueError(f"{where}: each branch of anyOf is a required list of the properties")
     if "pattern" in schema:
         try:
             _compiled(schema["pattern"])
@@ -218,7 +223,13 @@ def _describe_kind(schema: dict, kind: str) -> str:
 def _object_problems(schema: dict, value: dict, where: str) -> list[Problem]:
     found = []
     properties = schema.get("properties", {})
-    for name in schema.get("required", ()):
+    required = list(schema.get("required", ()))
+    if schema.get("anyOf"):  # the fields of one branch, the one that misses fewest
+        missing: list[list[str]] = [[name for name in branch["required"] if name not in value]
+                                    for branch in schema["anyOf"]]
+        fewest: list[str] = min(missing, key=len)
+        required.extend(fewest)
+    for name in required:
         if name not in value:
             found.append(Problem(_join(where, name), "required", properties[name]))
     for name, item in value.items():

@@ -88,10 +88,11 @@ def _require_token(ctx) -> None:
         raise BadRequest(("token", "no access token is configured, so there is nothing to sign in to"))
 
 
-LOGIN_BODY = body(optional={"token": text(MAX_TOKEN_CHARS, description="the access token"),
-                            "code": text(MAX_CODE_CHARS, description="a one-time sign-in code")}) | {
-    "minProperties": 1, "maxProperties": 1,
-    "description": "the access token as token, or a one-time sign-in code as code: one of the two"}
+# Not body(): neither field may be null, so that exactly one is given.
+LOGIN_BODY = {"type": "object", "properties": {"token": text(MAX_TOKEN_CHARS, description="the access token"),
+                                               "code": text(MAX_CODE_CHARS, description="a one-time sign-in code")},
+              "additionalProperties": False, "minProperties": 1, "maxProperties": 1,
+              "description": "the access token as token, or a one-time sign-in code as code: one of the two"}
 SIGNED = success_answer(description="Signed in (or out): the cookie is in Set-Cookie; the value is the user, local")
 
 
@@ -101,8 +102,6 @@ async def login(ctx):
     body = await ctx.body()
     token = body.text("token", strip=False)
     code = body.text("code")
-    if token is None and code is None and not body.errors:  # both null
-        body.errors.append(("token", "give the access token, or a sign-in code as code"))
     body.done()
     perimeter = ctx.app.perimeter
     cookie = await (perimeter.login(ctx.request, token) if token is not None else

@@ -54,7 +54,8 @@ SAVE_BODY = body({"name": text(MAX_NAME_CHARS), "kind": KIND, "url": URL}, {
     "models": {"type": "array", "maxItems": MAX_CHOSEN_MODELS, "items": text(MAX_MODEL_ID_CHARS),
                "description": "the models to offer (all when absent)"}})
 AVAILABLE_BODY = body(optional={"id": ID | {"description": "a saved provider (url and kind are then optional)"},
-                                "url": URL, "kind": KIND, "key": KEY})
+                                "url": URL, "kind": KIND, "key": KEY}) | {
+    "anyOf": [{"required": ["id"]}, {"required": ["url", "kind"]}]}
 
 
 def _kind(body, providers, required: bool) -> str | None:
