@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from totem.schema import check_schema, describe, validate
 from totem.tools import Registry, Tool, ToolError, default_registry
-from totem.tools.schema import check_schema, describe, validate
 
 # A 20-tool request must stay lean for small local models: three tools stay well under this.
 SPEC_BUDGET_BYTES_PER_TOOL = 600  # lean: small local models pay for every byte

@@ -17,9 +17,9 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from totem.schema import check_schema, validate
 from totem.security import boundary
 from totem.security.permissions import CALL, COMMAND, PATH, TEXT, ToolKind
-from totem.tools.schema import check_schema, validate
 
 # The longest arguments text accepted from a model; a file's content for a write tool rides here.
 MAX_ARGUMENTS_CHARS = 10 * 1024 * 1024

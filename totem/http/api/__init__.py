@@ -22,7 +22,7 @@ from totem.errors import MethodNotAllowed, NotFound
 from totem.http.api.contract import ANY, MAX_ID_CHARS, NO_QUERY
 from totem.http.api.validate import Input
 from totem.http.httpd import Request, Response, json_response
-from totem.tools.schema import check_schema
+from totem.schema import check_schema
 
 if TYPE_CHECKING:
     from totem.app import App
@@ -91,7 +91,7 @@ def success(value) -> dict:
 
 def build_table(*modules) -> dict[str, Action]:
     """The action table from the ACTIONS of each module; names must be unique, and every input
-    schema one that tools/schema.py validates (a typo fails here, not silently). Raises
+    schema one that totem/schema.py validates (a typo fails here, not silently). Raises
     ValueError."""
     table: dict[str, Action] = {}
     for module in modules:

@@ -2,9 +2,9 @@
 
 Each action declares its body, its query and its answer once, beside its handler, as JSON Schema
 dicts made with these helpers; the same dicts check the input (validate.py, through
-tools/schema.py), make the OpenAPI document (openapi_document.py) and the tool schemas of the
+totem/schema.py), make the OpenAPI document (openapi_document.py) and the tool schemas of the
 MCP route. Every limit is a named constant of the module that enforces it. The input schemas
-keep to what tools/schema.py validates: a pattern's field has a `description` that says the
+keep to what totem/schema.py validates: a pattern's field has a `description` that says the
 rule in words, and the 400 answer says "must be <description>" when the pattern fails.
 
 Conventions of the input: text never holds a NUL character; a text field is trimmed of white

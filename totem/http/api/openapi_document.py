@@ -21,9 +21,6 @@ from totem.http.auth import COOKIE_NAME
 OPENAPI_VERSION = "3.1.0"
 
 
-# -- the document ------------------------------------------------------------------------------
-
-
 def build_document(table: dict[str, Action], token: bool = True, public: frozenset[str] = frozenset()) -> dict:
     """The OpenAPI 3.1 document of the actions of `table`. `token`: whether this server asks for
     one; `public`: the paths that need no sign-in."""
@@ -67,8 +64,6 @@ def build_document(table: dict[str, Action], token: bool = True, public: frozens
                 "Errors": {"type": "array", "description": "Every problem, each naming its field (errors.py)",
                            "items": {"type": "object", "required": ["name", "error"],
                                      "properties": {"name": {"type": "string"}, "error": {"type": "string"}}}},
-                "Success": {"type": "object", "required": ["success", "value"],
-                            "properties": {"success": {"const": True}, "value": {}}},
             },
             "responses": {code: {"description": text, "content": {"application/json": {
                 "schema": {"$ref": "#/components/schemas/Errors"}}}} for code, text in ERROR_RESPONSES.items()},

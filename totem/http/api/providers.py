@@ -58,22 +58,18 @@ AVAILABLE_BODY = body(optional={"id": ID | {"description": "a saved provider (ur
     "anyOf": [{"required": ["id"]}, {"required": ["url", "kind"]}]}
 
 
-def _kind(body, providers, required: bool) -> str | None:
+def _kind(body, providers) -> str | None:
     """The kind field, one of the kinds this server has (a kind can be added while it runs)."""
     kind = body.text("kind")
-    if kind is None and required and "kind" not in body.data:
-        body.errors.append(("kind", "is required"))
-    elif kind is not None and kind not in providers.kinds():
+    if kind is not None and kind not in providers.kinds():
         body.errors.append(("kind", f"must be one of {', '.join(providers.kinds())}"))
         return None
     return kind
 
 
-def _url(body, required: bool) -> str | None:
+def _url(body) -> str | None:
     url = body.text("url")
-    if url is None and required and "url" not in body.data:
-        body.errors.append(("url", "is required"))
-    elif url is not None and (problem := url_problem(url)) is not None:
+    if url is not None and (problem := url_problem(url)) is not None:  # the pattern is narrower: a guard
         body.errors.append(("url", problem))
         return None
     return url
@@ -91,8 +87,8 @@ async def save_provider(ctx):
     body = await ctx.body()
     providerid = body.text("id")
     name = body.text("name")
-    kind = _kind(body, providers, required=False)
-    url = _url(body, required=False)
+    kind = _kind(body, providers)
+    url = _url(body)
     key = body.text("key", strip=False)
     models = body.value("models")
     body.done()
@@ -129,8 +125,8 @@ async def available_models(ctx):
     providers = ctx.services.providers
     body = await ctx.body()
     providerid = body.text("id")
-    url = _url(body, required=providerid is None)
-    kind = _kind(body, providers, required=providerid is None)
+    url = _url(body)
+    kind = _kind(body, providers)
     key = body.text("key", strip=False)
     body.done()
     return await providers.available(providerid, url, kind, key)

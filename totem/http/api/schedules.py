@@ -1,5 +1,6 @@
-"""Schedules|list, save, remove and run: scheduled prompts of a project. Each handler checks the
-type and range of every field and calls `ctx.services.schedules` (totem/services/schedules.py)."""
+"""Schedules|list, save, remove and run: scheduled prompts of a project. Each action declares its
+input and answer (a save's fields follow its kind); the handler reads the checked fields and calls
+`ctx.services.schedules` (totem/services/schedules.py)."""
 
 from __future__ import annotations
 

@@ -45,6 +45,7 @@ from totem.services.sessions import (
 MAX_NAME_CHARS = 200
 MAX_MODEL_CHARS = 300  # a model reference, "<providerid>/<model>"
 MAX_ANSWER_CHARS = 10_000
+MIN_PAGE = 1
 MAX_SESSION_PAGE = 500
 DEFAULT_MESSAGE_PAGE = 100
 MAX_MESSAGE_PAGE = 500
@@ -73,7 +74,7 @@ async def require_session(ctx) -> dict:
 
 
 LIST_QUERY = query({"projectid": ID}, {
-    "limit": integer(1, MAX_SESSION_PAGE, f"sessions in the page ({DEFAULT_SESSION_PAGE} when absent)"),
+    "limit": integer(MIN_PAGE, MAX_SESSION_PAGE, f"sessions in the page ({DEFAULT_SESSION_PAGE} when absent)"),
     "before": ID | {"description": "the id of the last session of the page before"}})
 SESSIONS = record({"sessions": listing(SESSION), "more": BOOLEAN},
                   description="a page of the project's sessions, the most recently changed first")
@@ -129,7 +130,7 @@ async def remove_session(ctx):
 
 MESSAGES_QUERY = query(optional={
     "before": ID | {"description": "a message id: the messages older than it"},
-    "limit": integer(1, MAX_MESSAGE_PAGE, f"messages in the page ({DEFAULT_MESSAGE_PAGE} when absent)")})
+    "limit": integer(MIN_PAGE, MAX_MESSAGE_PAGE, f"messages in the page ({DEFAULT_MESSAGE_PAGE} when absent)")})
 MESSAGES = record({"messages": listing(MESSAGE), "more": BOOLEAN},
                   description="a page of messages with their parts, oldest first")
 

@@ -1,7 +1,7 @@
 """The input of an action checked against its declaration, listing every problem at once.
 
 `Input` wraps a JSON body (or a query), checks it against the action's JSON Schema with
-tools/schema.py and words each problem for the `$.invalid` answer ("is required", "must be at
+totem/schema.py and words each problem for the `$.invalid` answer ("is required", "must be at
 most 200 characters"); the handler reads the fields, may add problems of its own (a rule that a
 schema cannot say), and `done()` raises them all as one BadRequest. It knows types, ranges and
 patterns, not meaning.
@@ -13,11 +13,12 @@ import re
 
 from totem.errors import BadRequest
 from totem.http.api.contract import TEXT_PATTERN, WHITE_SPACE, properties_of
-from totem.tools.schema import Problem, count_words, problems, types_of
+from totem.schema import Problem, count_words, problems, types_of
 
 # What a number in a query string may be: ASCII digits (str.isdigit() also takes "²" and int()
 # then fails), one optional minus.
 INTEGER_TEXT = re.compile(r"-?[0-9]+")
+ITEM = re.compile(r"\[[0-9]+\]$")  # the end of the name of a list's item: models[3]
 TYPE_WORDS = {"string": "must be text", "boolean": "must be true or false", "integer": "must be a whole number",
               "number": "must be a number", "array": "must be a list", "object": "must be an object",
               "null": "must be null"}
@@ -42,7 +43,7 @@ class Input:
     def value(self, name: str, default=None):
         """The field as given, or `default` when it is absent, null or invalid."""
         value = self.data.get(name)
-        return default if value is None or name in self._invalid else value
+        return default if value is None or name in self._invalid or "body" in self._invalid else value
 
     def take(self, name: str):
         """The field removed from the input, so that a large value goes when its reader lets it
@@ -66,10 +67,19 @@ class Input:
 def check(schema: dict, data) -> list[tuple[str, str]]:
     """Every problem of `data` against `schema` as (field, reason); text with a lone surrogate
     (which JSON can carry and UTF-8 cannot) is refused wherever it is."""
-    found = [(problem.where or "body", reason(problem)) for problem in problems(schema, data)]
+    found = [_named(problem) for problem in problems(schema, data)]
     named = {name for name, _ in found}
     found += [(where, SURROGATE_WORDS) for where in _surrogates(data, "") if where not in named]
     return found
+
+
+def _named(problem: Problem) -> tuple[str, str]:
+    """A problem as (field, reason); an item of a list of values is named by its list."""
+    where = problem.where or "body"
+    item = ITEM.search(where)
+    if item is not None and problem.rule not in ("required", "unknown"):
+        return where[:item.start()], "each item " + reason(problem)
+    return where, reason(problem)
 
 
 def reason(problem: Problem) -> str:

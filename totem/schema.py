@@ -1,4 +1,5 @@
-"""A validator for the small subset of JSON Schema that tool arguments and API inputs use.
+"""A validator for the small subset of JSON Schema that tool arguments and API inputs use (pure:
+the routes that answer before the core import it, so it lives outside the tools package).
 
 Supported: `type` (object, string, integer, number, boolean, array; or a list of them, which
 may add null), `properties`, `required`, `additionalProperties: false`, `enum`, `const`,
@@ -143,12 +144,11 @@ def problems(schema: dict, value, where: str = "") -> list[Problem]:
         rule = "pattern"
     elif isinstance(value, list) and not _in_count(value, schema):
         rule = "count"
-    elif isinstance(value, dict) and not _in_size(value, schema):
-        rule = "size"
     if rule is not None:
         return [Problem(where, rule, schema, value)]
-    if isinstance(value, dict):
-        return _object_problems(schema, value, where)
+    if isinstance(value, dict):  # how many fields it has, and what each of them is
+        size = [] if _in_size(value, schema) else [Problem(where, "size", schema, value)]
+        return size + _object_problems(schema, value, where)
     if isinstance(value, list) and "items" in schema:
         return [problem for index, item in enumerate(value)
                 for problem in problems(schema["items"], item, f"{where or ROOT_NAME}[{index}]")]
@@ -224,11 +224,11 @@ def _object_problems(schema: dict, value: dict, where: str) -> list[Problem]:
     found = []
     properties = schema.get("properties", {})
     required = list(schema.get("required", ()))
-    if schema.get("anyOf"):  # the fields of one branch, the one that misses fewest
-        missing: list[list[str]] = [[name for name in branch["required"] if name not in value]
-                                    for branch in schema["anyOf"]]
-        fewest: list[str] = min(missing, key=len)
-        required.extend(fewest)
+    branches = schema.get("anyOf", ())
+    if branches and not any(all(name in value for name in branch["required"]) for branch in branches):
+        # The fields of the branch closest to what was given: the most of them there, then the last.
+        closest = max(reversed(branches), key=lambda branch: sum(name in value for name in branch["required"]))
+        required += closest["required"]
     for name in required:
         if name not in value:
             found.append(Problem(_join(where, name), "required", properties[name]))
