@@ -9,7 +9,7 @@ import threading
 
 from tests.agent.test_long_session import PricedCase
 from tests.model_server import reply
-from totem.agent import loop
+from totem.agent import hooks, requests
 
 STEPS = 300  # a user message and an answer with a tool call each: 600 messages
 
@@ -18,19 +18,20 @@ class LongPromptCase(PricedCase):
     async def asyncSetUp(self):
         await super().asyncSetUp()
         self.threads: dict[str, list[bool]] = {}
-        for name in ("history_messages", "fit_window", "compaction_messages"):
-            self.spy(name)
+        for module, name in ((requests, "history_messages"), (requests, "fit_window"),
+                             (hooks, "compaction_messages")):
+            self.spy(module, name)
 
-    def spy(self, name: str) -> None:
-        """Note, at each call of loop.`name`, whether it ran on the event loop's thread, and run it."""
-        real = getattr(loop, name)
+    def spy(self, module, name: str) -> None:
+        """Note, at each call of `module`.`name`, whether it ran on the event loop's thread, and run it."""
+        real = getattr(module, name)
         calls = self.threads.setdefault(name, [])
 
         def noted(*args, **kwargs):
             calls.append(threading.current_thread() is threading.main_thread())
             return real(*args, **kwargs)
-        setattr(loop, name, noted)
-        self.addCleanup(setattr, loop, name, real)
+        setattr(module, name, noted)
+        self.addCleanup(setattr, module, name, real)
 
     async def fill(self, user_text: str) -> None:
         store, sessionid = self.app.store, self.session["id"]

@@ -24,6 +24,10 @@ KEY = "sk-test-SERVICES-0123456789abcdef"
 COMPOSITION = ("app.py", "core.py")
 ADAPTERS = ("http", "cli.py")
 SERVICES = ("services",)
+# What an adapter reaches only through the services: the concerns that the App and the core hold
+# (and the core itself), named after the attributes that hold them.
+CONCERNS_ON_APP = frozenset(("store", "runs", "hub", "jobs", "snapshots", "providers", "mcp_clients", "vault",
+                             "terminals", "sandbox", "core"))
 TODO_ITEMS = [{"text": "look", "status": "done"}]
 
 
@@ -56,6 +60,35 @@ def imported_modules(tree, relpath: str) -> set[str]:
         elif isinstance(node, ast.Import):
             found.update(alias.name[len("totem."):] for alias in node.names if alias.name.startswith("totem."))
     return found
+
+
+def past_the_services(tree) -> list[str]:
+    """The attribute chains of a module that reach a concern on a Context or the App:
+    `ctx.app.store`, `self.app.runs`, `app.hub`, `ctx.store`..."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in CONCERNS_ON_APP:
+            owner = node.value
+            if (isinstance(owner, ast.Name) and owner.id in ("app", "ctx")) or \
+                    (isinstance(owner, ast.Attribute) and owner.attr == "app"):
+                found.append((node.lineno, node.col_offset, f"{ast.unparse(node)} (line {node.lineno})"))
+    return [shown for _line, _column, shown in sorted(found)]
+
+
+# A module that reaches past the services three ways, and calls one the right way.
+OFFENDER = """
+async def list_rules(ctx):
+    rows = await ctx.app.store.list_rules(None)
+    ctx.app.runs.reply_permission(ctx.id, "once", None)
+    return rows + await ctx.services.permissions.list(None)
+
+class Router:
+    async def websocket(self, request):
+        await serve(self.app.hub, request)
+
+async def attachment(app, ident):
+    return await app.store.get_attachment(ident)
+"""
 
 
 def layer(relpath: str) -> str:
@@ -154,7 +187,7 @@ class SessionRemovalTest(ServicesCase):
         [removed] = await self.events_of(ws, sid, lambda e: e["type"] == "session.updated")
         self.assertEqual(removed["data"]["session"], {"id": sid, "projectid": self.project["id"], "removed": True})
         for read in (self.services.sessions.read(sid), self.services.sessions.messages(sid, None, 100),
-                     self.services.sessions.todos(sid), self.services.sessions.jobs_of(sid),
+                     self.services.sessions.todos(sid), self.services.jobs.list(sid),
                      self.services.sessions.remove(sid)):
             with self.assertRaises(NotFound):
                 await read
@@ -234,7 +267,7 @@ class JobsEndWithSessionTest(ServicesCase):
         leader, inner = await self.start_job(sid, "job")
         self.assertEqual(os.getpgid(inner), leader)  # the grandchild is in the leader's group
         self.assertTrue(group_running(leader))
-        self.assertEqual([job["status"] for job in await self.services.sessions.jobs_of(sid)], ["running"])
+        self.assertEqual([job["status"] for job in await self.services.jobs.list(sid)], ["running"])
 
         await self.services.sessions.remove(sid)
 
@@ -258,18 +291,18 @@ class JobsEndWithSessionTest(ServicesCase):
         self.assertEqual(self.app.jobs.list(second["id"]), [])
 
     async def test_plan_mode_session_cannot_stop_a_job(self):
-        """Sessions.stop_job refuses in Plan mode and leaves the job running; unknown jobs are 404."""
+        """Jobs.stop refuses in Plan mode and leaves the job running; unknown jobs are 404."""
         sid = self.session["id"]
         await self.start_job(sid, "job")
-        [job] = await self.services.sessions.jobs_of(sid)
+        [job] = await self.services.jobs.list(sid)
         await self.run_to_idle(sid, reply("planned"), mode="plan")
         with self.assertRaises(Forbidden):
-            await self.services.sessions.stop_job(sid, job["id"])
-        self.assertEqual([j["status"] for j in await self.services.sessions.jobs_of(sid)], ["running"])
+            await self.services.jobs.stop(sid, job["id"])
+        self.assertEqual([j["status"] for j in await self.services.jobs.list(sid)], ["running"])
         await self.run_to_idle(sid, reply("building"), mode="build")
         with self.assertRaises(NotFound):
-            await self.services.sessions.stop_job(sid, "nope")
-        self.assertEqual((await self.services.sessions.stop_job(sid, job["id"]))["status"], "stopped")
+            await self.services.jobs.stop(sid, "nope")
+        self.assertEqual((await self.services.jobs.stop(sid, job["id"]))["status"], "stopped")
 
 
 class ProjectRemovalTest(ServicesCase):
@@ -420,6 +453,21 @@ class LayersTest(unittest.TestCase):
                 bad = {m for m in imported_modules(tree, relpath)
                        if layer_of_module(m) in ("service", "adapter", "composition")}
                 self.assertEqual(bad, set(), relpath)
+
+    def test_adapters_reach_no_concern_past_the_services(self):
+        """No adapter (the API handlers, the routes, the MCP route, `totem run`) reaches a concern
+        through a Context or the App (`ctx.app.store`, `ctx.app.runs`, `self.app.hub`...): it
+        calls a service, or is handed what it needs by the composition root."""
+        for relpath, tree in package_files():
+            if layer(relpath) == "adapter":
+                self.assertEqual(past_the_services(tree), [], relpath)
+
+    def test_the_check_of_adapters_flags_an_offender(self):
+        """The check above finds each reach past the services in a sample, and not the call of
+        a service."""
+        self.assertEqual(past_the_services(ast.parse(OFFENDER)),
+                         ["ctx.app.store (line 3)", "ctx.app.runs (line 4)", "self.app.hub (line 9)",
+                          "app.store (line 12)"])
 
     def test_the_layers_are_known_folders(self):
         """The check above reads the folders: each named layer exists, so a rename cannot empty it."""

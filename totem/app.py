@@ -20,15 +20,18 @@ from typing import TYPE_CHECKING
 
 from totem.config import Config, ConfigError, default_config_path, load_config
 from totem.events import Hub
-from totem.http.auth import Perimeter, access_token, signin_url
+from totem.http.auth import Perimeter, access_token, mcp_token_digest, signin_url
 from totem.http.httpd import HttpServer
 from totem.http.routes import Router, api_module_names
 from totem.rows import PartRow
 from totem.security.vault import Vault
+from totem.services.attachments import Attachments
+from totem.services.tokens import McpTokens
 from totem.store import Store
 
 if TYPE_CHECKING:
     from totem.core import Core, Services
+    from totem.http.mcp_route import McpServer
     from totem.security.sandbox import Sandbox
 
 STATIC_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "static")
@@ -69,10 +72,14 @@ class App:
         self._sandboxing: asyncio.Future | None = None
         self.hub = Hub(self)  # the App is the hub's events.Replay (below)
         self.perimeter = Perimeter(config, self.store)
-        self.router = Router(self, static_dir)
+        # The services the account actions and the attachments need, which answer before the core.
+        self.tokens = McpTokens(self.store, config, mcp_token_digest)
+        self.attachments = Attachments(self.store)
+        self.router = Router(self, static_dir, self.hub)
         self.http = HttpServer(self.router.handle, config.headtimeout, config.bodytimeout, config.keepalive,
                                config.writetimeout, config.sendbudgetmb * 1024 * 1024, config.maxconnections)
         self._core: Core | None = None
+        self._mcp: McpServer | None = None
         self._building: asyncio.Future | None = None
 
     # -- the core ---------------------------------------------------------------------------
@@ -155,8 +162,12 @@ class App:
         return self.core.mcp_clients
 
     @property
-    def mcp(self):
-        return self.core.mcp
+    def mcp(self) -> McpServer:
+        """The server of POST /$mcp/ (config.ini's mcp = true), made with its first request."""
+        if self._mcp is None:
+            from totem.http.mcp_route import McpServer  # loaded only when the route is used
+            self._mcp = McpServer(self.services)
+        return self._mcp
 
     # -- events.Replay: what the hub asks when a connection subscribes to a session -----------
 

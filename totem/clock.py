@@ -16,7 +16,7 @@ def now_ms() -> int:
 
 
 def _base36(value: int, width: int) -> str:
-    digits = []
+    digits: list[str] = []
     for _ in range(width):
         value, rest = divmod(value, 36)
         digits.append(ID_ALPHABET[rest])
@@ -26,7 +26,7 @@ def _base36(value: int, width: int) -> str:
 class IdMaker:
     """Short ids that sort by creation time, also within one millisecond."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._last = 0
         self._sequence = 0
         self._lock = threading.Lock()

@@ -14,17 +14,24 @@ from dataclasses import dataclass
 from totem.agent.loop import Runs
 from totem.agent.providers import Providers
 from totem.agent.recovery import recover_changes
+from totem.agent.rules import SavedRules
 from totem.mcp.definitions import forge_definition
 from totem.mcp.servers import McpServers
 from totem.process.jobs import Jobs
 from totem.process.terminal import Terminals
 from totem.services.changes import Changes
+from totem.services.jobs import Jobs as JobsService
+from totem.services.permissions import Permissions
 from totem.services.project_servers import ProjectServersService
 from totem.services.projects import Projects
+from totem.services.prompts import Prompts
 from totem.services.providers import ProvidersService
 from totem.services.schedules import Schedules
+from totem.services.session_rows import SessionRows
 from totem.services.sessions import Sessions
 from totem.services.settings import Settings
+from totem.services.terminal import Terminal
+from totem.services.worktrees import Worktrees
 from totem.tools import default_registry
 from totem.workspace.forge import ForgeDocs
 from totem.workspace.snapshots import Snapshots
@@ -42,6 +49,10 @@ class Services:
     schedules: Schedules
     settings: Settings
     servers: ProjectServersService
+    worktrees: Worktrees
+    terminal: Terminal
+    jobs: JobsService
+    permissions: Permissions
 
 
 class Core:
@@ -58,14 +69,20 @@ class Core:
         self.snapshots = Snapshots(store, hub, config.data, config.snapshotmb * 1024 * 1024)
         self.mcp_clients = McpServers()  # the project MCP servers that runs start
         forge_mcp = forge_definition(config.forgeurl) if config.forgemcp and config.forge else None
-        self.runs = Runs(store, hub, self.providers, default_registry(), config.steps, config.rules,
+        rules = SavedRules(store, config.rules)  # read and written by the gate and by Permissions
+        self.runs = Runs(store, hub, self.providers, default_registry(), config.steps, rules,
                          self.jobs, provider_service.scrubber, snapshots=self.snapshots, mcp=self.mcp_clients,
                          forge=ForgeDocs(config.data, config.forgeurl), forge_mcp=forge_mcp, sandbox=sandbox)
         self.terminals = Terminals(hub, provider_service.scrubber, config.terminalshell)
         settings = Settings(store, config)
-        sessions = Sessions(store, hub, self.runs, self.jobs, self.providers, self.terminals, config.data, settings,
-                            sandbox)
+        rows = SessionRows(store, self.runs)
+        worktrees = Worktrees(rows, store, hub, self.runs, config.data)
+        terminal = Terminal(rows, self.terminals)
+        jobs = JobsService(rows, self.jobs)
+        prompts = Prompts(rows, store, hub, self.runs, self.providers, settings)
+        sessions = Sessions(rows, store, hub, self.runs, prompts, worktrees, jobs, terminal, sandbox)
         projects = Projects(store, sessions, self.snapshots, config.data)
+        kinds = lambda: self.runs.registry.kinds()  # noqa: E731 (tests may replace the registry)
         self.services = Services(sessions=sessions, projects=projects,
                                  providers=provider_service,
                                  changes=Changes(store, hub, self.snapshots, self.runs, self.jobs,
@@ -73,12 +90,9 @@ class Core:
                                  schedules=Schedules(store, hub, sessions, self.providers),
                                  settings=settings,
                                  servers=ProjectServersService(store, self.mcp_clients, forge_mcp,
-                                                               provider_service.scrubber))
-        # POST /$mcp/, only when config.ini says mcp = true.
-        self.mcp = None
-        if config.mcp:
-            from totem.http.mcp_route import McpServer  # loaded only when config.ini serves the route
-            self.mcp = McpServer(self.services)
+                                                               provider_service.scrubber),
+                                 worktrees=worktrees, terminal=terminal, jobs=jobs,
+                                 permissions=Permissions(rules, kinds, projects, self.runs))
 
     async def start(self) -> None:
         """Before anything reads or changes a project: finish what a crash left half-done, know

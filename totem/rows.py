@@ -6,7 +6,7 @@ services and the agent read them, the events carry parts, messages and sessions 
 
 from __future__ import annotations
 
-from typing import NotRequired, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 
 class ProjectRow(TypedDict):
@@ -33,6 +33,7 @@ class SessionRow(TypedDict):
     schedule: str | None  # the schedule this session is a run of
     parent: str | None  # the session whose run handed it its work (a sub-agent's)
     restoring: str | None  # JSON journal of an undo, redo or Save as in progress
+    marker: str | None  # of the data envelopes of its runs, chosen at the first (agent/context.py)
 
 
 class PartRow(TypedDict):
@@ -42,7 +43,7 @@ class PartRow(TypedDict):
     kind: str
     status: str
     text: str
-    data: dict
+    data: dict[str, Any]
     created: int
     updated: int
     closed: int | None
@@ -53,8 +54,8 @@ class MessageRow(TypedDict):
     sessionid: str
     role: str
     model: str | None
-    usage: dict | None
-    data: dict
+    usage: dict[str, Any] | None
+    data: dict[str, Any]
     created: int
     finished: int | None
     reverted: bool  # taken back by an undo: shown dimmed, never sent to the model
@@ -94,7 +95,7 @@ class ProviderRow(TypedDict):
     kind: str
     url: str
     secret: bytes | None  # encrypted by the vault
-    data: dict
+    data: dict[str, Any]
     created: int
     updated: int
 
@@ -120,6 +121,60 @@ class ScheduleRow(TypedDict):
 
     id: str
     projectid: str
-    data: dict
+    data: dict[str, Any]
     created: int
     updated: int
+
+
+class SnapshotChange(TypedDict):
+    """A file change to record (SnapshotRow without what the store adds)."""
+
+    sessionid: str
+    messageid: str | None
+    partid: str | None
+    path: str
+    before: str | None
+    after: str | None
+    tool: str
+    note: str
+
+
+class ServerPin(TypedDict):
+    """What an "always" approval of a project MCP server covered."""
+
+    server: str
+    digest: str
+    manifest: dict[str, Any]  # the server's manifest as it was approved (agent/servers.py)
+    created: int
+
+
+class McpTokenRow(TypedDict):
+    """An MCP-only token, without its digest."""
+
+    id: str
+    name: str
+    created: int
+
+
+class TodoItem(TypedDict):
+    """One task of a session's list (tools/todo.py)."""
+
+    text: str
+    status: str  # pending, in_progress, done
+
+
+class SessionTokens(TypedDict):
+    """The tokens of a session's answers, summed; `cost` (USD) when any answer's price was known."""
+
+    input: int
+    output: int
+    estimated: bool
+    cost: NotRequired[float]
+
+
+class InterruptedChange(TypedDict):
+    """A tool part a crash left open with a journal of file changes (agent/recovery.py)."""
+
+    id: str
+    data: dict[str, Any]
+    root: str  # the folder of its project

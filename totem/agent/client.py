@@ -24,16 +24,13 @@ import ssl
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from totem import httpwire
 from totem.agent.bodies import BodyEncoder
 from totem.agent.provider_errors import KIND_CONNECTION, KIND_INVALID_RESPONSE, ProviderError, classify_http_error
-from totem.agent.stream import ChatAccumulator, StreamEnd, StreamEvent, join_deltas
-
-if TYPE_CHECKING:
-    from totem.agent.kinds import ProviderKind
+from totem.agent.stream import AnswerDecoder, ChatAccumulator, StreamEnd, StreamEvent, join_deltas
 
 CONNECT_TIMEOUT_SECONDS = 10.0
 # A local model may load for minutes before its first byte (LM Studio JIT, Ollama).
@@ -52,6 +49,15 @@ JSON_THREAD_BYTES = 1024 * 1024
 WRITE_BATCH_BYTES = 256 * 1024
 USER_AGENT = "Totem"
 _FORBIDDEN_IN_HEADERS = ("\r", "\n", "\0")
+
+
+class StreamingKind(Protocol):
+    """What `stream_chat` needs of a provider kind (every `ProviderKind` of kinds/ has it): the
+    client knows no kind, so the kinds may use the client without a circle."""
+
+    def stream_request(self, body: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, Any]]: ...
+
+    def decoder(self, accumulator: ChatAccumulator) -> AnswerDecoder: ...
 
 
 class ProviderConnectionError(ProviderError):
@@ -203,7 +209,7 @@ async def request_json(method: str, url: str, headers: Mapping[str, str] | None 
                             kind=KIND_INVALID_RESPONSE, retry=False) from None
 
 
-async def stream_chat(kind: ProviderKind, url: str, key: str | None, body: Mapping[str, Any], *,
+async def stream_chat(kind: StreamingKind, url: str, key: str | None, body: Mapping[str, Any], *,
                       headers: Mapping[str, str] | None = None,
                       connect_timeout: float = CONNECT_TIMEOUT_SECONDS,
                       read_timeout: float = READ_TIMEOUT_SECONDS,

@@ -4,8 +4,8 @@ Owns turning stored messages and parts into the chat messages of a request (in t
 shape; each kind's adapter reshapes them for its wire) in the order they entered the
 conversation; fitting them into the model's window (pruning, cutting, the compaction request);
 the attachments of a run encoded once; and the envelope that marks tool results and
-attachments as untrusted data: its tags carry a random marker of the run, which the data
-cannot contain, so no text can end the envelope or forge another. It reads AGENTS.md and
+attachments as untrusted data: its tags carry a random marker of the session, which the data
+cannot contain (every occurrence is removed), so no text can end the envelope or forge another. It reads AGENTS.md and
 attachments; it never calls a model or changes anything.
 """
 
@@ -29,7 +29,9 @@ MAX_INLINE_ATTACHMENT_BYTES = 256 * 1024
 # An attachment this large is encoded on a thread, not on the event loop.
 ENCODE_THREAD_BYTES = 1024 * 1024
 IMAGE_TYPES = frozenset(("image/png", "image/jpeg", "image/gif", "image/webp"))
-# 64 random bits per run: text written before the run (a file, a page) cannot know the marker.
+# 64 random bits per session, chosen at its first run and kept (store: sessions.marker), so that
+# an earlier result reads the same in every later request; text that holds it loses it anyway
+# (MARKER_REMOVED), so knowing it does not open the envelope.
 MARKER_BYTES = 8
 MARKER_PATTERN = re.compile(r"[0-9a-f]{16,}")
 # What an occurrence of the marker inside the data becomes; it has no hex digits in a row, so
@@ -46,18 +48,18 @@ def load_prompt(name: str) -> str:
 
 
 def new_marker() -> str:
-    """A fresh envelope marker: chosen once per run, so no text written before it can hold it."""
+    """A fresh envelope marker, for a session's first run."""
     return secrets.token_hex(MARKER_BYTES)
 
 
 def envelope(source: str, text: str, marker: str) -> str:
-    """Mark text as untrusted data inside tags that carry the run's `marker`.
+    """Mark text as untrusted data inside tags that carry the session's `marker`.
 
     `<data-MARKER source="..." trust="untrusted">`, the text, `</data-MARKER>`. Only a tag
     with the marker ends the envelope, and the marker cannot occur inside: every occurrence
     of it in the text or the source, in any case, is replaced (MARKER_REMOVED holds no hex
     digit run that could rebuild it). So `</data>`, `</DATA >`, another `<data ...
-    trust="trusted">` or a whole envelope of another run stay data, and everything else of the
+    trust="trusted">` or a whole envelope with another marker stay data, and everything else of the
     text reaches the model byte for byte. The source is escaped as an attribute value.
 
     Raises ValueError for a marker that is not 16 or more lowercase hex characters.
@@ -96,7 +98,7 @@ async def system_message(template: str, root: str, marker: str) -> dict:
 class RunAttachments:
     """The attachments of a run's history as the model sees them, by attachment id: each is read
     from the store and encoded once for the run's life, not at every step (issue 11: a 4 MB image
-    encoded again at each step cost 41-58 ms a step). A text file's envelope carries the run's
+    encoded again at each step cost 41-58 ms a step). A text file's envelope carries the session's
     marker, the same at every step, so what is kept stays right until the run ends."""
 
     def __init__(self) -> None:
@@ -253,8 +255,9 @@ def history_messages(history: list[MessageRow], attachments: dict[str, list[Cont
     `RunAttachments.by_message` gives them; `current`: the id of the running prompt's message),
     in the order of conversation_order().
 
-    Every envelope of one request carries the same `marker`, that of the current run: the
-    history is wrapped again at every step, so results of earlier runs get the new marker too.
+    Every envelope carries the same `marker`, that of the session, in every request of every
+    run: a result reads the same bytes each time it is sent, so a provider's cache of the
+    request's beginning stays good from one run to the next.
     `converted` keeps the chat messages of each stored message for the next steps of the run
     (a stored message does not change while its run goes on), so a step converts only what
     the last one added.

@@ -1,12 +1,14 @@
 """The permission gate: the whole life of one decision, from the candidate rules to the reply.
 
-Owns assembling the rules a call is decided under (the project's, the global ones of the
-database and of config.ini; permissions.py adds the defaults), the facts the pure decision needs
-from the disk (does a path argument stay inside, does the repository name programs, which files
-do the project MCP servers approved to start without asking run: `pinned_files`), asking the
-person when the decision is ask (through `Questions`), and storing what "always" chose, under
-the tool that asked. Every decision becomes an audit record for the tool part. Plan mode and
-unattended runs are refused inside `permissions.decide`, from the facts given here.
+Owns gathering the rules a call is decided under (the project's, the global ones of the
+database and of config.ini, read through rules.py; permissions.py adds the defaults), the
+facts the pure decision needs from the disk (does a path argument stay inside, does the
+repository name programs, which files do the project MCP servers approved to start without
+asking run: `pinned_files`), asking the person when the decision is ask (through
+`Questions`), and storing what "always" chose, under the tool that asked (through rules.py,
+where the API saves rules too). Every decision becomes an audit record for the tool part.
+Plan mode and unattended runs are refused inside `permissions.decide`, from the facts given
+here.
 
 Must not: run tools, publish anything but through `Questions`, or decide itself (permissions.py
 does).
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from typing import NotRequired, TypedDict
 
 from totem.agent.questions import Questions
+from totem.agent.rules import SavedRules
 from totem.clock import now_ms
 from totem.mcp.definitions import offered_servers
 from totem.security.boundary import BoundaryError, is_protected_env, relative_path, resolve_inside
@@ -83,20 +86,15 @@ class PermissionGate:
     """Decides tool calls and the subjects met during a call, asking the person when needed."""
 
     def __init__(self, store: Store, questions: Questions, kinds: Callable[[], Mapping[str, ToolKind]],
-                 config_rules=()):
-        self.store = store
+                 saved: SavedRules):
+        self.store = store  # the pins of the project MCP servers
         self.questions = questions
         self.kinds = kinds  # () -> every tool's declaration, by name (the registry's)
-        self.config_rules = tuple(config_rules)
+        self.saved = saved  # the rules it decides under, and where "always" stores one
 
     async def rules(self, projectid: str) -> list[Rule]:
         """The candidate rules of a project's calls: its own, then the global ones."""
-        project = [Rule(r["tool"], r["pattern"], r["action"], "project", r["id"])
-                   for r in await self.store.list_rules(projectid)]
-        stored = [Rule(r["tool"], r["pattern"], r["action"], "global", r["id"])
-                  for r in await self.store.list_rules(None)]
-        configured = [Rule(tool, pattern, action, "global") for tool, pattern, action in self.config_rules]
-        return project + stored + configured
+        return await self.saved.candidates(projectid)
 
     async def decide(self, asker: Asker, tool: str, subjects: tuple[str, ...],
                      outside: bool = False, outside_sandbox: bool = False,
@@ -185,7 +183,7 @@ class PermissionGate:
                        "answered": now_ms()})
         if reply == "always" and not unruled:
             for pattern in chosen:
-                await self.store.add_rule(asker.projectid, tool, pattern, "allow")
+                await self.saved.save(asker.projectid, tool, pattern, "allow")
             record["saved"] = [{"tool": tool, "pattern": pattern, "action": "allow"} for pattern in chosen]
         return record
 

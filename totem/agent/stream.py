@@ -20,7 +20,7 @@ import re
 import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 from totem.agent.provider_errors import (
     KIND_CONNECTION,
@@ -718,3 +718,17 @@ def _text_call(item: object, known: set[str], tagged: bool) -> tuple[str, JsonOb
         except ValueError:
             return None
     return (name, arguments) if isinstance(arguments, dict) else None
+
+
+class AnswerDecoder(Protocol):
+    """The body of one streamed answer, framed (SSE, NDJSON, ...) and fed to the accumulator that
+    the decoder was made for; each method returns the events that its input completed."""
+
+    def feed(self, data: bytes) -> list[StreamEvent]:
+        """More bytes of the body. Raises StreamFormatError (a ValueError) on broken framing."""
+
+    def close(self) -> list[StreamEvent]:
+        """The end of the body (a last line may lack its newline)."""
+
+    def whole(self, body: object) -> list[StreamEvent]:
+        """A whole JSON answer instead of a stream (a server that ignored `stream: true`)."""

@@ -55,17 +55,17 @@ class SubAgents:
         if count >= MAX_TASKS_PER_RUN:
             raise ToolError(f"this run has handed over {MAX_TASKS_PER_RUN} tasks already; do the rest yourself")
         self.counts[asker.sessionid] = count + 1
-        prompt = await self._prompt(asker, parent_run.prompt, agent, prompt_text)
+        prompt = await self._prompt(asker, parent_run.request.prompt, agent, prompt_text)
         store = self.runs.store
         row = await store.create_session(asker.projectid, description, parent=asker.sessionid,
-                                         worktree=parent_run.session.get("worktree"), mode=prompt.mode)
+                                         worktree=parent_run.request.session.get("worktree"), mode=prompt.mode)
         if row is None:
             raise ToolError("the project is gone")
         child = session_view(row)
         self.runs.hub.publish(SessionUpdated(child["id"], child))
         part.data["sessionid"] = child["id"]  # the conversation links to it while it works
         await self.runs.recorder.update(part, "running")
-        await self.runs.start_prompt(child, parent_run.project, prompt, parent_run.limits, parent=asker)
+        await self.runs.start_prompt(child, parent_run.request.project, prompt, parent_run.request.limits, parent=asker)
         child_run = self.runs.run_of(child["id"])
         try:
             if child_run is not None and child_run.task is not None:

@@ -16,6 +16,8 @@ from totem.http.api.attachments import attachment_response
 from totem.http.httpd import SECURITY_HEADERS, Response, static_response
 
 if TYPE_CHECKING:
+    from totem.events import Hub
+    from totem.http.host import Host
     from totem.http.websocket import TextFrames
 
 PUBLIC_ACTIONS = frozenset(("/api/login", "/api/logout"))
@@ -49,8 +51,9 @@ def redirect(location: str) -> Response:
 class Router:
     """Routes requests of one app; `handle` is the HttpServer handler."""
 
-    def __init__(self, app, static_dir: str):
+    def __init__(self, app: Host, static_dir: str, hub: Hub):
         self.app = app
+        self.hub = hub  # events.Hub: what each WebSocket connection subscribes to
         self.static_dir = static_dir
         # Account|read and the sign-in actions answer before the core is built; the rest wait for it.
         self.account_actions = build_table(account)
@@ -88,7 +91,7 @@ class Router:
             await perimeter.authenticate(request)
             if request.method not in PAGE_METHODS:
                 raise MethodNotAllowed(("method", "attachments answer GET and HEAD"), headers={"Allow": "GET, HEAD"})
-            return await attachment_response(self.app, path)
+            return await attachment_response(self.app.attachments, path)
         return await self._page(request)
 
     async def _websocket(self, request) -> Response | None:
@@ -104,7 +107,7 @@ class Router:
         limits = Limits(config.wsqueue, config.wsqueuebytes, config.wsping)
         if self._frames is None:
             self._frames = TextFrames()  # one for every connection: an event is framed once
-        await serve(self.app.hub, limits, request, reader, writer, leftover, SECURITY_HEADERS, self._frames,
+        await serve(self.hub, limits, request, reader, writer, leftover, SECURITY_HEADERS, self._frames,
                     self.app.http.budget)
         return None
 

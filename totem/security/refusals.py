@@ -14,12 +14,32 @@ from __future__ import annotations
 
 import os
 import re
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from totem.security.boundary import is_inside
 
-if TYPE_CHECKING:
-    from totem.security.sandbox import Policy
+
+class Policy(Protocol):
+    """What the notes read of a command's policy (sandbox.Policy has it): declared here so that
+    the sandbox, which asks for the notes, is not imported back."""
+
+    @property
+    def root(self) -> str: ...
+    @property
+    def temp(self) -> str: ...
+    @property
+    def network(self) -> bool: ...
+    @property
+    def writable(self) -> tuple[str, ...]: ...
+    @property
+    def hidden(self) -> tuple[str, ...]: ...
+    @property
+    def read_only(self) -> tuple[str, ...]: ...
+    @property
+    def worktree_writable(self) -> tuple[str, ...]: ...
+    @property
+    def landlock_alone(self) -> bool: ...
+
 
 MAX_NOTES = 4
 PRIVATE_TMP = "/tmp"  # the command's own /tmp under bubblewrap: a path there is its own

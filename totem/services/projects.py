@@ -41,6 +41,9 @@ def project_view(row: ProjectRow) -> Project:
             "created": row["created"], "opened": row["opened"]}
 
 
+Places = list[dict]  # named here, since `Projects.list` hides the builtin inside the class
+
+
 class Projects:
     """The folders that Totem works in."""
 
@@ -65,6 +68,12 @@ class Projects:
         found = await asyncio.to_thread(lambda: [totaljs.detect(row["path"]) for row in rows])
         return [project_view(row) | {"totaljs": detection.totaljs, "totaljsversion": detection.version}
                 for row, detection in zip(rows, found, strict=True)]
+
+    async def recent(self, count: int) -> Places:
+        """The `count` projects opened last, `{name, path}` each, the most recent first (the
+        places a folder dialog offers; no Total.js detection)."""
+        rows = await self.store.list_projects()
+        return [{"name": row["name"], "path": row["path"]} for row in rows[:count]]
 
     async def open(self, path: str) -> Project:
         """The project of a folder (`~` expanded, links resolved), created when new; opening an

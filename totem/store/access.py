@@ -2,37 +2,49 @@
 
 from __future__ import annotations
 
+import sqlite3
+
 from totem.clock import now_ms
-from totem.store.engine import Engine
+from totem.rows import McpTokenRow
+from totem.store.engine import Engine, rows_of
 
 
 class AccessRows(Engine):
     async def add_login(self, digest: str) -> None:
-        await self.write(lambda c: c.execute(
-            "INSERT OR REPLACE INTO logins (hash, created) VALUES (?, ?)", (digest, now_ms())))
+        def run(c: sqlite3.Connection) -> None:
+            c.execute("INSERT OR REPLACE INTO logins (hash, created) VALUES (?, ?)", (digest, now_ms()))
+        await self.write(run)
 
     async def has_login(self, digest: str) -> bool:
-        return await self.read(lambda c: c.execute(
-            "SELECT 1 FROM logins WHERE hash = ?", (digest,)).fetchone() is not None)
+        def run(c: sqlite3.Connection) -> bool:
+            return c.execute("SELECT 1 FROM logins WHERE hash = ?", (digest,)).fetchone() is not None
+        return await self.read(run)
 
     async def remove_login(self, digest: str) -> None:
-        await self.write(lambda c: c.execute("DELETE FROM logins WHERE hash = ?", (digest,)))
+        def run(c: sqlite3.Connection) -> None:
+            c.execute("DELETE FROM logins WHERE hash = ?", (digest,))
+        await self.write(run)
 
-    async def add_mcp_token(self, digest: str, name: str) -> dict:
-        row = {"id": self.ids.new(), "name": name, "created": now_ms()}
-        await self.write(lambda c: c.execute(
-            "INSERT INTO mcptokens (id, hash, name, created) VALUES (?, ?, ?, ?)",
-            (row["id"], digest, name, row["created"])))
+    async def add_mcp_token(self, digest: str, name: str) -> McpTokenRow:
+        row = McpTokenRow(id=self.ids.new(), name=name, created=now_ms())
+
+        def run(c: sqlite3.Connection) -> None:
+            c.execute("INSERT INTO mcptokens (id, hash, name, created) VALUES (?, ?, ?, ?)",
+                      (row["id"], digest, name, row["created"]))
+        await self.write(run)
         return row
 
     async def has_mcp_token(self, digest: str) -> bool:
-        return await self.read(lambda c: c.execute(
-            "SELECT 1 FROM mcptokens WHERE hash = ?", (digest,)).fetchone() is not None)
+        def run(c: sqlite3.Connection) -> bool:
+            return c.execute("SELECT 1 FROM mcptokens WHERE hash = ?", (digest,)).fetchone() is not None
+        return await self.read(run)
 
-    async def list_mcp_tokens(self) -> list[dict]:
-        return await self.read(lambda c: [dict(row) for row in c.execute(
-            "SELECT id, name, created FROM mcptokens ORDER BY id")])
+    async def list_mcp_tokens(self) -> list[McpTokenRow]:
+        def run(c: sqlite3.Connection) -> list[McpTokenRow]:
+            return rows_of(c.execute("SELECT id, name, created FROM mcptokens ORDER BY id"), McpTokenRow)
+        return await self.read(run)
 
     async def remove_mcp_token(self, tokenid: str) -> bool:
-        return await self.write(lambda c: c.execute(
-            "DELETE FROM mcptokens WHERE id = ?", (tokenid,)).rowcount > 0)
+        def run(c: sqlite3.Connection) -> bool:
+            return c.execute("DELETE FROM mcptokens WHERE id = ?", (tokenid,)).rowcount > 0
+        return await self.write(run)

@@ -12,10 +12,13 @@ import queue
 import sqlite3
 import threading
 import time
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar, TypeVarTuple, cast
 
 from totem.clock import IdMaker
 from totem.errors import StorageFull, out_of_space
+from totem.rows import InterruptedChange
 from totem.store.schema import DATABASE_FILE, connect, interrupted_changes, migrate, recover_after_crash
 
 READ_THREADS = 2
@@ -23,14 +26,22 @@ MAX_WRITE_BATCH = 256
 MAX_SQL_VARIABLES = 900  # ids per IN (...) list, under every sqlite build's limit
 log = logging.getLogger("totem.store")
 
+T = TypeVar("T")
+R = TypeVar("R", bound=Mapping[str, Any])
+Args = TypeVarTuple("Args")
+# A row as sqlite gives it, before its JSON columns are decoded.
+Record = dict[str, Any]
+# What the writer is handed: fn, its arguments, and where its result goes.
+_Job = tuple[Callable[..., Any], tuple[Any, ...], asyncio.AbstractEventLoop, asyncio.Future[Any]]
+
 
 class Engine:
     """The database of one Totem process: its file, its writer and its readers."""
 
-    def __init__(self, data_dir: str):
+    def __init__(self, data_dir: str) -> None:
         self.path = os.path.join(data_dir, DATABASE_FILE)
         self.ids = IdMaker()
-        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._writer: threading.Thread | None = None
         self._local = threading.local()
         self._readers = ThreadPoolExecutor(READ_THREADS, thread_name_prefix="totem-read")
@@ -38,7 +49,7 @@ class Engine:
         self._reader_lock = threading.Lock()
         # Tool parts a crash left open with a journal of file changes: {id, data, root}, for the
         # restart to record from the disk whether the change landed (agent/recovery.py).
-        self.interrupted: list[dict] = []
+        self.interrupted: list[InterruptedChange] = []
         self._full_since: float | None = None  # since when writes fail for want of space
 
     async def open(self) -> None:
@@ -71,13 +82,13 @@ class Engine:
                 conn.close()
             self._reader_conns.clear()
 
-    async def read(self, fn, *args):
+    async def read(self, fn: Callable[[sqlite3.Connection, *Args], T], *args: *Args) -> T:
         """Run fn(conn, *args) on a reader thread and return its result."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._readers, self._read_sync, fn, args)
 
-    def _read_sync(self, fn, args):
-        conn = getattr(self._local, "conn", None)
+    def _read_sync(self, fn: Callable[[sqlite3.Connection, *Args], T], args: tuple[*Args]) -> T:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
             conn = connect(self.path)
             self._local.conn = conn
@@ -85,13 +96,13 @@ class Engine:
                 self._reader_conns.append(conn)
         return fn(conn, *args)
 
-    async def write(self, fn, *args):
+    async def write(self, fn: Callable[[sqlite3.Connection, *Args], T], *args: *Args) -> T:
         """Run fn(conn, *args) in the writer's transaction and return its result.
 
         Raises what fn raised (its changes are rolled back) or sqlite3.Error from the commit.
         """
         loop = asyncio.get_running_loop()
-        future = loop.create_future()
+        future: asyncio.Future[T] = loop.create_future()
         self._jobs.put((fn, args, loop, future))
         try:
             result = await future
@@ -133,8 +144,8 @@ class Engine:
                 break
         conn.close()
 
-    def _run_batch(self, conn: sqlite3.Connection, batch) -> None:
-        results = []
+    def _run_batch(self, conn: sqlite3.Connection, batch: list[_Job]) -> None:
+        results: list[tuple[bool, Any]] = []
         try:
             conn.execute("BEGIN IMMEDIATE")
             for fn, args, _loop, _future in batch:
@@ -161,11 +172,13 @@ class Engine:
             raise ValueError(f"unknown table {table}")
         if column not in {"projectid", "sessionid", "messageid"}:
             raise ValueError(f"unknown column {column}")
-        return await self.read(lambda c: c.execute(
-            f"SELECT count(*) FROM {table} WHERE {column} = ?", (value,)).fetchone()[0])
+        def run(c: sqlite3.Connection) -> int:
+            count: int = c.execute(f"SELECT count(*) FROM {table} WHERE {column} = ?", (value,)).fetchone()[0]
+            return count
+        return await self.read(run)
 
 
-def _settle(future: asyncio.Future, ok: bool, value) -> None:
+def _settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
     if future.cancelled():
         return
     if ok:
@@ -174,10 +187,42 @@ def _settle(future: asyncio.Future, ok: bool, value) -> None:
         future.set_exception(value)
 
 
-def rows_of(cursor) -> list[dict]:
+def as_row(record: Mapping[str, Any], kind: type[R]) -> R:
+    """A row of the database as the TypedDict of its table (`kind`, from totem/rows.py): the one
+    place where the columns sqlite returns are taken to be what the schema declares."""
+    return cast(R, dict(record))
+
+
+def rows_of(cursor: sqlite3.Cursor, kind: type[R]) -> list[R]:
+    return [as_row(row, kind) for row in cursor.fetchall()]
+
+
+def row_of(cursor: sqlite3.Cursor, kind: type[R]) -> R | None:
+    row = cursor.fetchone()
+    return as_row(row, kind) if row is not None else None
+
+
+def written_row(cursor: sqlite3.Cursor, kind: type[R]) -> R:
+    """The row that this transaction has just written (so there is one)."""
+    row = cursor.fetchone()
+    if row is None:
+        raise LookupError("a row written in this transaction is not there")
+    return as_row(row, kind)
+
+
+def records_of(cursor: sqlite3.Cursor) -> list[Record]:
+    """The rows as sqlite gives them, for a decoder to make typed rows of."""
     return [dict(row) for row in cursor.fetchall()]
 
 
-def row_of(cursor) -> dict | None:
+def record_of(cursor: sqlite3.Cursor) -> Record | None:
     row = cursor.fetchone()
     return dict(row) if row is not None else None
+
+
+def written_record(cursor: sqlite3.Cursor) -> Record:
+    """The record that this transaction has just written (so there is one)."""
+    row = cursor.fetchone()
+    if row is None:
+        raise LookupError("a row written in this transaction is not there")
+    return dict(row)

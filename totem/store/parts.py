@@ -4,9 +4,10 @@ numbered under the part's number), joined when the part is read."""
 from __future__ import annotations
 
 import json
+import sqlite3
 
-from totem.rows import MessageRow
-from totem.store.engine import MAX_SQL_VARIABLES, rows_of
+from totem.rows import MessageRow, PartRow
+from totem.store.engine import MAX_SQL_VARIABLES, Record, as_row, records_of
 
 JSON_OVERHEAD_BYTES = 200
 # A piece's id is its part's number shifted by this many bits, plus its place in the part.
@@ -14,55 +15,56 @@ PIECE_BITS = 20
 MAX_PIECES = (1 << PIECE_BITS) - 1
 
 
-def with_parts(c, rows: list[dict]) -> list[MessageRow]:
+def with_parts(c: sqlite3.Connection, rows: list[Record]) -> list[MessageRow]:
     """Message rows decoded, each with its parts (their text joined from the pieces)."""
-    parts: list[dict] = []
+    parts: list[Record] = []
     ids = [row["id"] for row in rows]
     for start in range(0, len(ids), 500):  # sqlite's limit on the number of parameters
         chunk = ids[start:start + 500]
-        parts += rows_of(c.execute(f"SELECT * FROM parts WHERE messageid IN ({','.join('?' * len(chunk))}) "
+        parts += records_of(c.execute(f"SELECT * FROM parts WHERE messageid IN ({','.join('?' * len(chunk))}) "
                                  "ORDER BY id", chunk))
     join_pieces(c, parts)
-    by_message: dict[str, list] = {row["id"]: [] for row in rows}
+    by_message: dict[str, list[PartRow]] = {row["id"]: [] for row in rows}
     for part in parts:
         by_message[part["messageid"]].append(decode_part(part))
     messages: list[MessageRow] = []
     for row in rows:
         message = decode_message(row)
         message["parts"] = by_message[row["id"]]
-        messages.append(message)  # type: ignore[arg-type]  # a decoded row is a MessageRow
+        messages.append(message)
     return messages
 
 
-def decode_message(row: dict) -> dict:
+def decode_message(row: Record) -> MessageRow:
     row["reverted"] = bool(row.get("reverted"))
     row["usage"] = json.loads(row["usage"]) if row.get("usage") else None
     row["data"] = json.loads(row["data"]) if row.get("data") else {}
-    return row
+    return as_row(row, MessageRow)
 
 
-def decode_part(row: dict) -> dict:
+def decode_part(row: Record) -> PartRow:
     row.pop("num", None)  # where its pieces are: the store's business alone
     row["data"] = json.loads(row["data"]) if row.get("data") else {}
-    return row
+    return as_row(row, PartRow)
 
 
 def _piece_range(num: int) -> tuple[int, int]:
     return num << PIECE_BITS, (num << PIECE_BITS) | MAX_PIECES
 
 
-def _part_number(c, partid: str) -> int | None:
+def _part_number(c: sqlite3.Connection, partid: str) -> int | None:
     row = c.execute("SELECT num FROM parts WHERE id = ?", (partid,)).fetchone()
     if row is None:
         return None
     if row[0] is not None:
-        return row[0]
-    num = c.execute("SELECT ifnull(max(num), 0) + 1 FROM parts WHERE num IS NOT NULL").fetchone()[0]
+        known: int = row[0]
+        return known
+    num: int = c.execute("SELECT ifnull(max(num), 0) + 1 FROM parts WHERE num IS NOT NULL").fetchone()[0]
     c.execute("UPDATE parts SET num = ? WHERE id = ?", (num, partid))
     return num
 
 
-def add_piece(c, partid: str, text: str) -> None:
+def add_piece(c: sqlite3.Connection, partid: str, text: str) -> None:
     num = _part_number(c, partid)
     if num is None:
         return
@@ -74,7 +76,7 @@ def add_piece(c, partid: str, text: str) -> None:
     c.execute("INSERT INTO part_pieces (id, text) VALUES (?, ?)", ((last or low) + 1, text))
 
 
-def _fold_pieces(c, partid: str, num: int) -> None:
+def _fold_pieces(c: sqlite3.Connection, partid: str, num: int) -> None:
     low, high = _piece_range(num)
     c.execute("UPDATE parts SET text = text || ifnull((SELECT group_concat(text, '') FROM "
               "(SELECT text FROM part_pieces WHERE id BETWEEN ? AND ? ORDER BY id)), '') WHERE id = ?",
@@ -82,17 +84,17 @@ def _fold_pieces(c, partid: str, num: int) -> None:
     c.execute("DELETE FROM part_pieces WHERE id BETWEEN ? AND ?", (low, high))
 
 
-def drop_pieces(c, partid: str) -> None:
+def drop_pieces(c: sqlite3.Connection, partid: str) -> None:
     row = c.execute("SELECT num FROM parts WHERE id = ?", (partid,)).fetchone()
     if row is not None and row[0] is not None:
         c.execute("DELETE FROM part_pieces WHERE id BETWEEN ? AND ?", _piece_range(row[0]))
 
 
-def row_size(row: dict) -> int:
+def row_size(row: Record) -> int:
     return sum(len(value) for value in row.values() if isinstance(value, str)) + JSON_OVERHEAD_BYTES
 
 
-def part_sizes(c, messageids: list[str]) -> dict[str, int]:
+def part_sizes(c: sqlite3.Connection, messageids: list[str]) -> dict[str, int]:
     """The bytes of stored text and data of the parts of each message (pieces included)."""
     sizes: dict[str, int] = {}
     for start in range(0, len(messageids), MAX_SQL_VARIABLES):
@@ -108,7 +110,7 @@ def part_sizes(c, messageids: list[str]) -> dict[str, int]:
     return sizes
 
 
-def join_pieces(c, parts: list[dict]) -> None:
+def join_pieces(c: sqlite3.Connection, parts: list[Record]) -> None:
     """Each part's text followed by its stored pieces, in order."""
     for part in parts:
         num = part.pop("num", None)

@@ -7,6 +7,7 @@ import json
 import sqlite3
 
 from totem.clock import now_ms
+from totem.rows import InterruptedChange
 
 DATABASE_FILE = "totem.db"
 BUSY_TIMEOUT_MS = 10_000
@@ -244,6 +245,11 @@ MIGRATIONS = (
     DROP TABLE attachments;
     ALTER TABLE attachments_moved RENAME TO attachments;
     """,
+    # 13: the marker of a session's data envelopes, chosen at its first run and kept: an earlier
+    # tool result then reads the same in every later request (what a provider's cache reuses).
+    """
+    ALTER TABLE sessions ADD COLUMN marker TEXT;
+    """,
 )
 
 STOPPED_DURING_RUN = "Totem stopped during this run (killed or crashed); the run did not finish"
@@ -294,11 +300,11 @@ def _statements(script: str) -> list[str]:
     return statements
 
 
-def interrupted_changes(conn: sqlite3.Connection) -> list[dict]:
+def interrupted_changes(conn: sqlite3.Connection) -> list[InterruptedChange]:
     rows = conn.execute(
         "SELECT parts.id, parts.data, projects.path FROM parts JOIN sessions ON sessions.id = parts.sessionid "
         "JOIN projects ON projects.id = sessions.projectid WHERE parts.closed IS NULL AND parts.kind = 'tool'")
-    found = []
+    found: list[InterruptedChange] = []
     for partid, data, root in rows:
         decoded = json.loads(data) if data else {}
         if decoded.get("journal"):

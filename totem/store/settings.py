@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
+import sqlite3
+from typing import Any
 
 from totem.store.engine import Engine
 
 
 class SettingRows(Engine):
-    async def settings_layers(self, projectid: str | None, sessionid: str | None) -> dict[str, dict]:
-        """`{all, project, session}`: the values set at each layer (decoded JSON)."""
-        def run(c):
-            layers: dict[str, dict] = {"all": {}, "project": {}, "session": {}}
+    async def settings_layers(self, projectid: str | None,
+                              sessionid: str | None) -> dict[str, dict[str, Any]]:
+        """`{all, project, session}`: the values set at each layer (decoded JSON), by key; a
+        plain dict of layers, as settings.resolve takes them with the config layer before."""
+        def run(c: sqlite3.Connection) -> dict[str, dict[str, Any]]:
+            layers: dict[str, dict[str, Any]] = {"all": {}, "project": {}, "session": {}}
             for key, value in c.execute(
                     "SELECT key, value FROM settings WHERE projectid IS NULL AND sessionid IS NULL"):
                 layers["all"][key] = json.loads(value)
@@ -27,7 +31,7 @@ class SettingRows(Engine):
 
     async def set_setting(self, projectid: str | None, sessionid: str | None, key: str, value: str | None) -> None:
         """Set (JSON text) or clear (None) one value at one layer."""
-        def run(c):
+        def run(c: sqlite3.Connection) -> None:
             c.execute("DELETE FROM settings WHERE ifnull(projectid, '') = ifnull(?, '') "
                       "AND ifnull(sessionid, '') = ifnull(?, '') AND key = ?", (projectid, sessionid, key))
             if value is not None:

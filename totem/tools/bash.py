@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 from totem.process import runner
 from totem.security.permissions import COMMAND, ToolKind
-from totem.tools import Tool, ToolContext, ToolError, ToolResult
+from totem.tools.base import Tool, ToolContext, ToolError, ToolResult
 
 MAX_TIMEOUT_S = 600
 MAX_COMMAND_CHARS = 100_000

@@ -16,7 +16,8 @@ from __future__ import annotations
 import asyncio
 
 from totem.security.permissions import PATH, ToolKind
-from totem.tools import Tool, ToolContext, ToolError, ToolResult, cut_line, display_path, files
+from totem.tools import files
+from totem.tools.base import Tool, ToolContext, ToolError, ToolResult, cut_line, display_path
 
 # When `old` is not found, this many similar places are shown, each cut to this many lines.
 MAX_CANDIDATES = 3

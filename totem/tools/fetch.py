@@ -31,7 +31,7 @@ from urllib.parse import quote, urljoin, urlsplit
 
 from totem import httpwire
 from totem.security.permissions import HOST, ToolKind
-from totem.tools import Tool, ToolContext, ToolError, ToolResult
+from totem.tools.base import Tool, ToolContext, ToolError, ToolResult
 from totem.tools.html_text import body_text, codec_name
 
 DEFAULT_MAX_BYTES = 2 * 1024 * 1024

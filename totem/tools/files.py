@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import overload
 
 from totem.security import boundary
-from totem.tools import NoSpace, ToolContext, ToolError, display_path, resolve_path
+from totem.tools.base import NoSpace, ToolContext, ToolError, display_path, resolve_path
 
 log = logging.getLogger("totem.tools")
 

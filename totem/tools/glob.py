@@ -26,7 +26,7 @@ import warnings
 
 from totem.security import boundary
 from totem.security.permissions import PATH, ToolKind
-from totem.tools import (
+from totem.tools.base import (
     SKIPPED_FOLDERS,
     Tool,
     ToolContext,

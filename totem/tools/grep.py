@@ -52,7 +52,7 @@ from typing import Any
 from totem.process import runner
 from totem.security import boundary
 from totem.security.permissions import PATH, ToolKind
-from totem.tools import (
+from totem.tools.base import (
     SKIPPED_FOLDERS,
     Tool,
     ToolContext,

@@ -30,7 +30,8 @@ import re
 from dataclasses import dataclass, field
 
 from totem.security.permissions import PATH, ToolKind
-from totem.tools import NoSpace, Tool, ToolContext, ToolError, ToolResult, cut_line, display_path, files
+from totem.tools import files
+from totem.tools.base import NoSpace, Tool, ToolContext, ToolError, ToolResult, cut_line, display_path
 
 _HUNK_HEADER = re.compile(r"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)")
 # "@@" or "@@ def f():" without line numbers (a malformed "@@ -..." is an error instead).

@@ -23,7 +23,7 @@ import re
 import stat
 
 from totem.security.permissions import PATH, ToolKind
-from totem.tools import Tool, ToolContext, ToolError, ToolResult, cut_line, display_path, resolve_path
+from totem.tools.base import Tool, ToolContext, ToolError, ToolResult, cut_line, display_path, resolve_path
 
 DEFAULT_LIMIT_LINES = 2000
 MAX_LIMIT_LINES = 5000

@@ -8,7 +8,7 @@ import re
 import stat
 
 from totem.security.permissions import PATH, ToolKind
-from totem.tools import Tool, ToolContext, ToolError, ToolResult, display_path, resolve_path
+from totem.tools.base import Tool, ToolContext, ToolError, ToolResult, display_path, resolve_path
 
 SKILLS_FOLDER = ".totem/skills"
 SKILL_FILE = "SKILL.md"

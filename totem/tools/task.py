@@ -12,7 +12,7 @@ which tools it gets.
 from __future__ import annotations
 
 from totem.security.permissions import TEXT, ToolKind
-from totem.tools import Tool, ToolContext, ToolError, ToolResult
+from totem.tools.base import Tool, ToolContext, ToolError, ToolResult
 
 MAX_DESCRIPTION_CHARS = 80
 MAX_PROMPT_CHARS = 20_000

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from totem.security.permissions import TEXT, ToolKind
-from totem.tools import Tool, ToolContext, ToolError, ToolResult
+from totem.tools.base import Tool, ToolContext, ToolError, ToolResult
 
 MAX_TODO_ITEMS = 50
 MAX_TODO_TEXT_CHARS = 500

@@ -13,7 +13,8 @@ from __future__ import annotations
 import asyncio
 
 from totem.security.permissions import PATH, ToolKind
-from totem.tools import Tool, ToolContext, ToolError, ToolResult, display_path, files
+from totem.tools import files
+from totem.tools.base import Tool, ToolContext, ToolError, ToolResult, display_path
 
 
 class WriteTool(Tool):

@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 
 from totem.errors import out_of_space
 from totem.events import DiffUpdated
+from totem.rows import SnapshotChange
 from totem.security import boundary
 from totem.store import Store
 from totem.tools import ToolError, files as file_io
@@ -679,7 +680,7 @@ class Snapshots:
             tree = self._trees[scope.root] = Tree(scope.root, scope.projectid, shadow)
         return tree
 
-    async def _add(self, scope: Scope, rows: list[dict]) -> None:
+    async def _add(self, scope: Scope, rows: list[SnapshotChange]) -> None:
         if not rows:
             return
         await self.store.add_snapshots(rows)
@@ -903,6 +904,6 @@ def _digest(seen: Seen | None) -> str | None:
     return None if seen is None else seen.digest
 
 
-def _row(scope: Scope, path: str, before: str | None, after: str | None, note: str) -> dict:
+def _row(scope: Scope, path: str, before: str | None, after: str | None, note: str) -> SnapshotChange:
     return {"sessionid": scope.sessionid, "messageid": scope.messageid, "partid": scope.partid,
             "path": path, "before": before, "after": after, "tool": scope.tool, "note": note}

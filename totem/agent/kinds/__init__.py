@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from totem.agent.kinds.base import AnswerDecoder, ChatMessage, Fetch, ModelInfo, ProviderKind, ProviderTarget
+from totem.agent.kinds.base import ChatMessage, Fetch, ModelInfo, ProviderKind, ProviderTarget
 from totem.agent.kinds.ollama import OllamaNative
 from totem.agent.kinds.openai import LlamaCpp, LmStudio, OpenAICompatible, OpenRouter, Together
+from totem.agent.stream import AnswerDecoder
 
 KINDS: Mapping[str, ProviderKind] = MappingProxyType({kind.name: kind for kind in (
     OllamaNative(), LlamaCpp(), LmStudio(), OpenRouter(), OpenAICompatible("openai"),

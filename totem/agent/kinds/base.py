@@ -1,8 +1,8 @@
 """The seam between Totem and the kinds of provider, and what every kind shares.
 
 Owns: `ProviderKind`, the one small Protocol through which providers.py, client.py and the agent
-loop reach a provider without asking which kind it is; `AnswerDecoder`, the framing of one
-streamed answer into the chat accumulator; `ProviderTarget`, where and how to call one model;
+loop reach a provider without asking which kind it is (its decoder is stream.py's
+`AnswerDecoder`); `ProviderTarget`, where and how to call one model;
 `Fetch`, which GETs and POSTs JSON with a provider's key (for the models endpoints); and the small
 readers that the models lists of several kinds share (`model_info`, `entries`, `positive`,
 `price_of`, `as_object`, `as_list`, `server_root`, `shape_error`).
@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 from totem.agent.provider_errors import KIND_INVALID_RESPONSE, ProviderError
 
 if TYPE_CHECKING:
-    from totem.agent.stream import ChatAccumulator, StreamEvent
+    from totem.agent.stream import AnswerDecoder, ChatAccumulator
 
 # OpenRouter's list is about a megabyte; past this the answer is not a models list.
 MAX_MODELS_BYTES = 16 * 1024 * 1024
@@ -53,23 +53,6 @@ class ModelInfo(TypedDict):
     reasoning: bool | None
     free: bool | None
     price: Price | None
-
-
-class AnswerDecoder(Protocol):
-    """The body of one streamed answer, framed (SSE, NDJSON, ...) and fed to the accumulator that
-    the decoder was made for; each method returns the events that its input completed."""
-
-    def feed(self, data: bytes) -> list[StreamEvent]:
-        """More bytes of the body. Raises StreamFormatError (a ValueError) on broken framing."""
-        ...
-
-    def close(self) -> list[StreamEvent]:
-        """The end of the body (a last line may lack its newline)."""
-        ...
-
-    def whole(self, body: object) -> list[StreamEvent]:
-        """A whole JSON answer instead of a stream (a server that ignored `stream: true`)."""
-        ...
 
 
 class ProviderKind(Protocol):

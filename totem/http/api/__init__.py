@@ -25,8 +25,9 @@ from totem.http.httpd import Request, Response, json_response
 from totem.schema import check_schema
 
 if TYPE_CHECKING:
-    from totem.app import App
     from totem.core import Services
+    from totem.http.host import Host
+    from totem.services.tokens import McpTokens
 
 __all__ = ["MAX_ID_CHARS", "Action", "Context", "Input", "build_table", "call_action", "find_action", "success"]
 
@@ -59,10 +60,11 @@ class Action:
 class Context:
     """What a handler gets: the services, the request, the id of the URL and the query.
 
-    `app` is the composition root, for the handlers that are not services yet (permissions,
-    folders, the sign-in actions): new handlers use `services`."""
+    `app` is the composition root, for what is not a service: the configuration, the
+    perimeter's sign-in, the sandbox's status and the route table. A handler reaches no concern
+    (the store, the runs, the hub...) through it: tests/test_services.py checks."""
 
-    app: App
+    app: Host
     request: Request
     id: str | None
     query: dict
@@ -71,6 +73,10 @@ class Context:
     @property
     def services(self) -> Services:
         return self.app.services  # built before any action but Account|read and the sign-in ones
+
+    @property
+    def tokens(self) -> McpTokens:
+        return self.app.tokens  # the MCP-only tokens, served before the core is built
 
     async def body(self) -> Input:
         """The JSON body as an Input checked against the action's body schema. Raises
@@ -121,7 +127,7 @@ def find_action(table: dict[str, Action], path: str) -> tuple[Action, str | None
     return action, ident or None
 
 
-async def call_action(app: App, table: dict[str, Action], request: Request) -> Response:
+async def call_action(app: Host, table: dict[str, Action], request: Request) -> Response:
     """Run the action that a request names, with the services of `app`. Raises NotFound,
     MethodNotAllowed, ApiError."""
     action, ident = find_action(table, request.path)

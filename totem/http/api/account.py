@@ -8,10 +8,8 @@ lands.
 
 from __future__ import annotations
 
-import secrets
-
 from totem import __version__
-from totem.errors import BadRequest, NotFound
+from totem.errors import BadRequest
 from totem.http.api import Action, success
 from totem.http.api.contract import (
     BOOLEAN,
@@ -27,12 +25,9 @@ from totem.http.api.contract import (
     success as success_answer,
     text,
 )
-from totem.http.auth import mcp_token_digest
 from totem.http.httpd import json_response
 
-MCP_TOKEN_BYTES = 32
 MAX_MCP_TOKEN_NAME_CHARS = 100
-MAX_MCP_TOKENS = 100
 MAX_TOKEN_CHARS = 1024
 MAX_CODE_CHARS = 200
 WAITS = ("sandbox",)
@@ -75,7 +70,7 @@ async def read_account(ctx):
     return {
         "user": {"id": "local", "name": "local"},
         "token": bool(config.token),
-        "mcptokens": bool(config.mcptoken) or bool(await ctx.app.store.list_mcp_tokens()),
+        "mcptokens": await ctx.tokens.any(),
         "version": __version__,
         "capabilities": CAPABILITIES | {"cookiesecure": config.cookiesecure, "mcp": bool(config.mcp)},
         # The sandbox of the agent's processes: mode, layers, which protections hold (sandbox.py).
@@ -123,7 +118,7 @@ CREATED_MCP_TOKEN = record(MCP_TOKEN["properties"] | {"token": STRING}, descript
 
 async def list_mcp_tokens(ctx):
     """The MCP-only tokens made here: id, name and when; never the token."""
-    return {"tokens": await ctx.app.store.list_mcp_tokens(), "config": bool(ctx.app.config.mcptoken)}
+    return await ctx.tokens.list()
 
 
 async def create_mcp_token(ctx):
@@ -131,18 +126,11 @@ async def create_mcp_token(ctx):
     body = await ctx.body()
     name = body.text("name")
     body.done()
-    store = ctx.app.store
-    if len(await store.list_mcp_tokens()) >= MAX_MCP_TOKENS:
-        raise BadRequest(("name", f"there are already {MAX_MCP_TOKENS} MCP tokens; remove one first"))
-    token = "mcp-" + secrets.token_urlsafe(MCP_TOKEN_BYTES)
-    row = await store.add_mcp_token(mcp_token_digest(token), name)
-    return row | {"token": token}
+    return await ctx.tokens.create(name)
 
 
 async def remove_mcp_token(ctx):
-    if not await ctx.app.store.remove_mcp_token(ctx.id):
-        raise NotFound(("id", "no such MCP token"))
-    return success(ctx.id)
+    return success(await ctx.tokens.remove(ctx.id))
 
 
 ACTIONS = (

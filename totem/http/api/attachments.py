@@ -19,12 +19,12 @@ def _disposition(kind: str, name: str) -> str:
     return f"{kind}; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(name)}"
 
 
-async def attachment_response(app, path: str) -> Response:
-    """The answer for /attachments/{id}/. Raises NotFound."""
+async def attachment_response(attachments, path: str) -> Response:
+    """The answer for /attachments/{id}/, from the attachments service. Raises NotFound."""
     ident = path[len("/attachments/"):].strip("/")
-    row = await app.store.get_attachment(ident) if ident and "/" not in ident else None
-    if row is None:
+    if not ident or "/" in ident:
         raise NotFound(("id", "no such attachment"))
+    row = await attachments.get(ident)
     data, mime, name = row["data"], row["mime"], row["name"]
     if mime in INLINE_IMAGE_TYPES:
         return Response(200, data, mime, [("Content-Disposition", _disposition("inline", name))])

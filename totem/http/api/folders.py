@@ -34,6 +34,8 @@ def _list_folders(path: str) -> tuple[list[dict], bool]:
 
 
 async def list_folders(ctx):
+    """The folders in `path` (the home folder without one), and the places to start from: the
+    home folder, the root and the projects opened last."""
     params = ctx.params()
     given = params.text("path")
     params.done()
@@ -51,9 +53,8 @@ async def list_folders(ctx):
         raise BadRequest(("path", f"{path} cannot be read: permission denied")) from None
     except OSError as exc:
         raise BadRequest(("path", f"{path} cannot be read: {exc.strerror}")) from None
-    projects = await ctx.app.store.list_projects()
     places = [{"name": "Home", "path": home}, {"name": "Root", "path": os.path.abspath(os.sep)}]
-    places += [{"name": p["name"], "path": p["path"]} for p in projects[:MAX_RECENT_PLACES]]
+    places += await ctx.services.projects.recent(MAX_RECENT_PLACES)
     return {"path": path, "sep": os.sep, "home": home, "items": items, "more": more, "places": places}
 
 

@@ -1,4 +1,6 @@
 """Permissions|list, save, remove and reply: the rules of a project and the questions that wait.
+Each handler checks the fields of its input and calls `ctx.services.permissions`
+(totem/services/permissions.py), where the use cases live.
 
 Rules come from three layers: the project's (saved in the database from "always" answers and
 this API), the global ones (config.ini's [rules], and rules saved with scope global) and the
@@ -8,7 +10,6 @@ grant itself rights.
 
 from __future__ import annotations
 
-from totem.errors import BadRequest, NotFound
 from totem.http.api import Action, success
 from totem.http.api.contract import (
     BOOLEAN,
@@ -24,7 +25,6 @@ from totem.http.api.contract import (
     text,
     texts,
 )
-from totem.http.api.projects import require_project
 from totem.security.permissions import (
     ACTIONS as RULE_ACTIONS,
     CALL,
@@ -34,8 +34,6 @@ from totem.security.permissions import (
     MAX_PATTERN_CHARS,
     PATH,
     TEXT,
-    default_rules,
-    rule_problems,
 )
 
 REPLIES = ("once", "always", "reject")
@@ -65,25 +63,11 @@ TOOLS = record({
                 "the kind of its patterns (subject) and whether it changes things; the actions, scopes and replies")
 
 
-def rule_view(row: dict, layer: str) -> dict:
-    return {"id": row["id"], "tool": row["tool"], "pattern": row["pattern"], "action": row["action"],
-            "layer": layer, "projectid": row.get("projectid"), "removable": True}
-
-
 async def list_permissions(ctx):
     params = ctx.params()
     projectid = params.text("projectid")
     params.done()
-    rules = []
-    if projectid:
-        await require_project(ctx, projectid)
-        rules += [rule_view(row, "project") for row in await ctx.app.store.list_rules(projectid)]
-    rules += [rule_view(row, "global") for row in await ctx.app.store.list_rules(None)]
-    rules += [{"id": None, "tool": tool, "pattern": pattern, "action": action, "layer": "global",
-               "projectid": None, "removable": False, "source": "config.ini"}
-              for tool, pattern, action in ctx.app.config.rules]
-    rules += [rule.to_dict() | {"projectid": None, "removable": False} for rule in default_rules()]
-    return rules
+    return await ctx.services.permissions.list(projectid)
 
 
 async def save_permission(ctx):
@@ -94,25 +78,11 @@ async def save_permission(ctx):
     pattern = body.text("pattern", strip=False)
     action = body.value("action")
     body.done()
-    if scope == "project" and not projectid:
-        raise BadRequest(("projectid", "is required for a project rule"))
-    if scope == "global" and projectid:
-        raise BadRequest(("projectid", "a global rule belongs to no project"))
-    problems = rule_problems(tool, pattern, action, ctx.app.runs.registry.kinds())
-    if problems:
-        raise BadRequest(problems)
-    row = await ctx.app.store.add_rule(projectid if scope == "project" else None, tool, pattern, action)
-    if row is None:
-        raise NotFound(("projectid", f"no project {projectid}"))
-    return rule_view(row, scope)
+    return await ctx.services.permissions.save(scope, projectid, tool, pattern, action)
 
 
 async def remove_permission(ctx):
-    row = await ctx.app.store.get_rule(ctx.id)
-    if row is None:
-        raise NotFound(("id", f"no saved rule {ctx.id}; rules of config.ini and the defaults cannot be removed here"))
-    await ctx.app.store.remove_rule(ctx.id)
-    return success(ctx.id)
+    return success(await ctx.services.permissions.remove(ctx.id))
 
 
 async def reply_permission(ctx):
@@ -121,14 +91,13 @@ async def reply_permission(ctx):
     pattern = body.text("pattern", strip=False)
     patterns = body.value("patterns")
     body.done()
-    ctx.app.runs.reply_permission(ctx.id, reply, pattern, patterns)
-    return success(ctx.id)
+    return success(ctx.services.permissions.reply(ctx.id, reply, pattern, patterns))
 
 
 async def list_tools(ctx):
     """What the rule editor offers, from the tool registry (never a list of its own)."""
     ctx.params().done()
-    kinds = ctx.app.runs.registry.kinds()
+    kinds = ctx.services.permissions.tools()
     return {"tools": [{"name": name, "subject": kind.subject, "changes": kind.changes} for name, kind in kinds.items()],
             "any": ANY_TOOL, "actions": list(RULE_ACTIONS), "scopes": list(SCOPES), "replies": list(REPLIES)}
 

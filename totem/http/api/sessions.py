@@ -2,7 +2,8 @@
 and Questions|reply: the conversations of a project.
 
 Each handler checks the fields of its input and calls `ctx.services.sessions`, where the use
-case lives (`totem/services/sessions.py`): the write, the events and the cascade of a removal.
+case lives (`totem/services/sessions.py`): the write, the events and the cascade of a removal;
+a session's jobs and worktree have services of their own (`ctx.services.jobs`, `worktrees`).
 """
 
 from __future__ import annotations
@@ -319,7 +320,7 @@ async def list_todos(ctx):
 async def list_jobs(ctx):
     await require_session(ctx)
     ctx.params().done()
-    return await ctx.services.sessions.jobs_of(ctx.id)
+    return await ctx.services.jobs.list(ctx.id)
 
 
 STOP_JOB_BODY = body({"job": ID})
@@ -330,7 +331,7 @@ async def stop_job(ctx):
     body = await ctx.body()
     jobid = body.text("job")
     body.done()
-    return await ctx.services.sessions.stop_job(ctx.id, jobid)
+    return await ctx.services.jobs.stop(ctx.id, jobid)
 
 
 FORCE = BOOLEAN | {"description": "restore the files that changed since, too"}
@@ -413,19 +414,19 @@ MERGED = record({"merged": BOOLEAN, "commit": maybe(STRING), "into": maybe(STRIN
 async def session_git(ctx):
     await require_session(ctx)
     ctx.params().done()
-    return await ctx.services.sessions.git(ctx.id)
+    return await ctx.services.worktrees.git(ctx.id)
 
 
 async def merge_worktree(ctx):
     await require_session(ctx)
     ctx.params().done()
-    return await ctx.services.sessions.worktree_merge(ctx.id)
+    return await ctx.services.worktrees.merge(ctx.id)
 
 
 async def discard_worktree(ctx):
     await require_session(ctx)
     ctx.params().done()
-    return await ctx.services.sessions.worktree_discard(ctx.id)
+    return await ctx.services.worktrees.discard(ctx.id)
 
 
 ACTIONS = (

@@ -1,5 +1,5 @@
 """Sessions|terminal, terminalinput, terminalresize, terminalstop: the person's shell of a
-session. Each handler checks its fields and calls `ctx.services.sessions`; the shell itself is
+session. Each handler checks its fields and calls `ctx.services.terminal`; the shell itself is
 `totem/process/terminal.py`. Input is base64, because a text field would be trimmed and could not carry
 every byte a terminal sends.
 """
@@ -28,7 +28,7 @@ async def open_terminal(ctx):
     start = body.value("start", False)
     columns, rows = body.value("columns", DEFAULT_COLUMNS), body.value("rows", DEFAULT_ROWS)
     body.done()
-    return await ctx.services.sessions.terminal(ctx.id, bool(start), columns, rows)
+    return await ctx.services.terminal.open(ctx.id, bool(start), columns, rows)
 
 
 INPUT_BODY = body({"data": BASE64 | {"minLength": 1, "maxLength": MAX_INPUT_CHARS}})  # what the person typed
@@ -43,7 +43,7 @@ async def type_into_terminal(ctx):
         body.errors.append(("data", "must be base64"))
     body.done()
     assert data is not None
-    return success(await ctx.services.sessions.terminal_input(ctx.id, bytes(data)))
+    return success(await ctx.services.terminal.write(ctx.id, bytes(data)))
 
 
 RESIZE_BODY = body({"columns": COLUMNS, "rows": ROWS})
@@ -55,13 +55,13 @@ async def resize_terminal(ctx):
     columns = body.value("columns")
     rows = body.value("rows")
     body.done()
-    return success(await ctx.services.sessions.terminal_resize(ctx.id, columns, rows))
+    return success(await ctx.services.terminal.resize(ctx.id, columns, rows))
 
 
 async def stop_terminal(ctx):
     await require_session(ctx)
     ctx.params().done()
-    return await ctx.services.sessions.terminal_stop(ctx.id)
+    return await ctx.services.terminal.stop(ctx.id)
 
 
 ACTIONS = (

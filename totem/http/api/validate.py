@@ -31,7 +31,7 @@ class Input:
     def __init__(self, data, schema: dict, where: str = "body"):
         if not isinstance(data, dict):
             raise BadRequest((where, "a JSON object is required"))
-        properties = properties_of(schema)
+        properties = self._properties = properties_of(schema)
         if where == "query":
             data = {name: _from_query(value, properties.get(name)) for name, value in data.items()}
         # null is taken as absent where the field's type does not take it: a required one is missing.
@@ -43,7 +43,15 @@ class Input:
     def value(self, name: str, default=None):
         """The field as given, or `default` when it is absent, null or invalid."""
         value = self.data.get(name)
-        return default if value is None or name in self._invalid or "body" in self._invalid else value
+        if value is None or name in self._invalid or "body" in self._invalid:
+            return default
+        if self.errors and not self._fits(name, value):
+            return default  # a field no problem names, since a failed branch of a oneOf hid it
+        return value
+
+    def _fits(self, name: str, value) -> bool:
+        schema = self._properties.get(name)
+        return schema is not None and not problems(schema, value)
 
     def take(self, name: str):
         """The field removed from the input, so that a large value goes when its reader lets it
