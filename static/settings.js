@@ -11,7 +11,6 @@ const SCOPE_WORDS = { all: 'all projects', project: 'this project', session: 'th
 const BELOW = { all: 'config.ini', project: 'all projects (or config.ini)', session: 'the project (or all projects, or config.ini)' };
 const FIELD_PROBLEMS = new Set(['value', 'key']);
 
-const RULE_TOOLS = ['bash', 'read', 'write', 'edit', 'patch', 'glob', 'grep', 'fetch', 'skill', 'todo', 'ask', 'mcp', '*'];
 
 function showError(id, text) {
   byId(id).textContent = text || '';
@@ -197,7 +196,7 @@ export class RulesDialog {
   constructor() {
     this.dialog = byId('rules-dialog');
     this.project = null;
-    byId('rule-tool').replaceChildren(...RULE_TOOLS.map((tool) => h('option', { value: tool }, tool)));
+    this.names = null; // what a rule may name (Permissions|tools), read once
     byId('rule-form').addEventListener('submit', (event) => { event.preventDefault(); this.add(); });
     byId('rule-preset-sandboxed').addEventListener('click', () => this.save({
       scope: byId('rule-scope').value, tool: 'sandboxed', pattern: '*', action: 'allow' }));
@@ -208,7 +207,21 @@ export class RulesDialog {
     byId('rules-dialog-title').textContent = `Permission rules · ${project.name}`;
     showError('rule-error', '');
     this.dialog.showModal();
-    await this.refresh();
+    await Promise.all([this.fillChoices(), this.refresh()]);
+  }
+
+  // The tools and actions a rule may have come from the server's tool registry, never a list here.
+  async fillChoices() {
+    if (this.names) return;
+    try {
+      this.names = await api('permissions_tools');
+    } catch (error) {
+      showError('rule-error', error.message);
+      return;
+    }
+    const tools = [...this.names.tools.map((tool) => tool.name), this.names.any];
+    byId('rule-tool').replaceChildren(...tools.map((tool) => h('option', { value: tool }, tool)));
+    byId('rule-action').replaceChildren(...this.names.actions.map((action) => h('option', { value: action }, action)));
   }
 
   async refresh() {

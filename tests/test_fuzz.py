@@ -1,8 +1,7 @@
 """Generated JSON bodies for every action that changes something, against the real server.
 
 Each `+` action of the router (every action with changes=True) gets bodies that hypothesis
-builds from the fields its handler reads (found in the handler's source, so a new field is
-fuzzed without a change here), from values that mean something to Totem (the ids of a real
+builds from the fields its body declares (so a new field is fuzzed without a change here), from values that mean something to Totem (the ids of a real
 project and session, the modes, rule actions, replies, base64) and from any JSON at all,
 including bodies that are not objects, not JSON or not UTF-8. Every answer must be a 2xx, or a
 4xx in the one error shape `[{name, error}]`; never a 5xx, never a traceback, nothing logged as
@@ -12,21 +11,19 @@ runs with a token, so that Account|login reads its body too.
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import base64
-import inspect
 import json
 import logging
 import os
 import shutil
 import tempfile
-import textwrap
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tests.utils import TOKEN, request, running_totem
+from totem.http.api.contract import properties_of
 from totem.http.routes import action_table
 
 EXAMPLES_PER_ACTION = 40
@@ -34,19 +31,9 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 CLOSED_PORT_URL = "http://127.0.0.1:9/v1"  # refused at once: no fuzzed URL leaves this computer
 
 
-def body_fields(handler) -> tuple[str, ...]:
-    """The field names a handler reads from its body: the tuples given to ctx.body() or Input()."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(handler)))
-    fields: list[str] = []
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Call):
-            continue
-        named = (isinstance(node.func, ast.Attribute) and node.func.attr == "body") or (
-            isinstance(node.func, ast.Name) and node.func.id == "Input")
-        for arg in node.args if named else ():
-            if isinstance(arg, ast.Tuple) and all(isinstance(e, ast.Constant) for e in arg.elts):
-                fields += [e.value for e in arg.elts]
-    return tuple(fields)
+def body_fields(action) -> tuple[str, ...]:
+    """The field names an action's body may have, as it declares them."""
+    return tuple(properties_of(action.body or {}))
 
 
 CHANGE_ACTIONS = sorted((action for action in action_table().values() if action.changes),
@@ -190,7 +177,7 @@ def test_fuzz_bodies_never_500(live, action):
     """Generated bodies for one `+` action: 2xx or 4xx in the error shape, never 500, nothing
     logged as an error, and the server answers a health read afterwards."""
     runner, app, folder, errors = live
-    fields = body_fields(action.handler)  # empty for an action that takes no body: fuzzed anyway
+    fields = body_fields(action)  # empty for an action that takes no body: fuzzed anyway
 
     @settings(max_examples=EXAMPLES_PER_ACTION, deadline=None, database=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -117,6 +117,14 @@ class ScheduleApiTest(ScheduleCase):
                 "kind": "interval", "interval": 5} | body).items() if v is not None})
             self.assertEqual(answer.status, 400, answer.body)
             self.assertIn(field, [item["name"] for item in answer.json()])
+        # Without its kind no branch of the body is chosen, so no problem names the other fields:
+        # the handler must still not read a field of the wrong type.
+        for change in ({"id": {}}, {"projectid": []}, {"name": 5, "prompt": ["p"]}):
+            with self.subTest(kindless=change):
+                answer = await call(self.app, "schedules_save", {"projectid": self.project["id"], "name": "n",
+                                                                  "prompt": "p", "model": self.modelref} | change)
+                self.assertEqual(answer.status, 400, answer.body)
+                self.assertIn("kind", [item["name"] for item in answer.json()])
         missing = await call(self.app, "schedules_save", {
             "projectid": "nosuchproject", "name": "n", "prompt": "p", "model": self.modelref,
             "kind": "interval", "interval": 5})

@@ -31,6 +31,7 @@ from totem.store import Store
 
 if TYPE_CHECKING:
     from totem.core import Core, Services
+    from totem.http.mcp_route import McpServer
     from totem.security.sandbox import Sandbox
 
 STATIC_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "static")
@@ -78,6 +79,7 @@ class App:
         self.http = HttpServer(self.router.handle, config.headtimeout, config.bodytimeout, config.keepalive,
                                config.writetimeout, config.sendbudgetmb * 1024 * 1024, config.maxconnections)
         self._core: Core | None = None
+        self._mcp: McpServer | None = None
         self._building: asyncio.Future | None = None
 
     # -- the core ---------------------------------------------------------------------------
@@ -160,8 +162,12 @@ class App:
         return self.core.mcp_clients
 
     @property
-    def mcp(self):
-        return self.core.mcp
+    def mcp(self) -> McpServer:
+        """The server of POST /$mcp/ (config.ini's mcp = true), made with its first request."""
+        if self._mcp is None:
+            from totem.http.mcp_route import McpServer  # loaded only when the route is used
+            self._mcp = McpServer(self.services)
+        return self._mcp
 
     # -- events.Replay: what the hub asks when a connection subscribes to a session -----------
 

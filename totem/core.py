@@ -94,11 +94,6 @@ class Core:
                                                                provider_service.scrubber),
                                  worktrees=worktrees, terminal=terminal, jobs=jobs,
                                  permissions=Permissions(rules, kinds, projects, self.runs))
-        # POST /$mcp/, only when config.ini says mcp = true.
-        self.mcp = None
-        if config.mcp:
-            from totem.http.mcp_route import McpServer  # loaded only when config.ini serves the route
-            self.mcp = McpServer(self.services)
 
     async def start(self) -> None:
         """Before anything reads or changes a project: finish what a crash left half-done, know

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from totem.schema import check_schema, describe, validate
 from totem.tools import Registry, Tool, ToolError, default_registry
-from totem.tools.schema import check_schema, describe, validate
 
 # A 20-tool request must stay lean for small local models: three tools stay well under this.
 SPEC_BUDGET_BYTES_PER_TOOL = 600  # lean: small local models pay for every byte
@@ -71,8 +71,8 @@ def test_registry_unsupported_schema_refused():
     """A schema keyword the validator does not know fails at build time, not silently."""
     tool = Tool()
     tool.name = "odd"
-    tool.schema = {"type": "object", "properties": {"x": {"type": "string", "pattern": "a+"}}}
-    with pytest.raises(ValueError, match="pattern"):
+    tool.schema = {"type": "object", "properties": {"x": {"type": "string", "format": "email"}}}
+    with pytest.raises(ValueError, match="format"):
         Registry([tool])
 
 
@@ -196,6 +196,15 @@ def test_parse_arguments_decoded_dict_accepted():
      {"o": {"n": 1.5}}, ["o.n: must be an integer"]),
     ({"type": "object", "properties": {}}, {"free": 1}, []),
     ({"type": "integer", "minimum": 1, "maximum": 3}, 2, []),
+    ({"type": "string", "pattern": "^[a-z]+$"}, "aB", ["arguments: must be a string matching ^[a-z]+$"]),
+    ({"type": ["string", "null"], "maxLength": 2}, None, []),
+    ({"type": ["string", "null"]}, 3, ["arguments: must be a string or null"]),
+    ({"type": "array", "minItems": 1, "maxItems": 2}, [], ["arguments: must have from 1 to 2 items"]),
+    ({"oneOf": [{"type": "object", "properties": {"k": {"const": "a"}, "v": {"type": "integer"}}, "required": ["k"]},
+                {"type": "object", "properties": {"k": {"const": "b"}, "v": {"type": "string"}}, "required": ["k"]}]},
+     {"k": "b", "v": 1}, ["v: must be a string"]),
+    ({"oneOf": [{"type": "object", "properties": {"k": {"const": "a"}}, "required": ["k"]}]},
+     {"k": "c"}, ['k: must be one of "a"']),
 ])
 def test_schema_validate_table(schema, value, problems):
     """The validator's answers for each supported keyword."""

@@ -15,6 +15,8 @@ from playwright.sync_api import expect
 from tests.model_server import FastStream, Stall, reply, text_chunks
 from tests.ui.harness import CHROMIUM, open_session, send, shot
 from tests.utils import TOKEN
+from totem.security.permissions import ACTIONS as RULE_ACTIONS
+from totem.tools import tool_kinds
 
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),
                                 reason=f"the browser tests need Debian's Chromium at {CHROMIUM} "
@@ -143,6 +145,9 @@ def test_permission_always_and_denied_tool(live, page, context):
     page.click("#open-rules")
     saved = page.locator("#rule-list tr.layer-project", has_text=".env")
     expect(saved).to_contain_text("allow")
+    # The editor offers every name of the tool registry (task and fetch among them), then *.
+    expect(page.locator("#rule-tool option")).to_have_text([*tool_kinds(), "*"])
+    expect(page.locator("#rule-action option")).to_have_text(list(RULE_ACTIONS))
     page.select_option("#rule-tool", "bash")
     page.fill("#rule-pattern", "git log *")
     page.click("#rule-form button[type=submit]")

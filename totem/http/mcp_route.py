@@ -6,7 +6,10 @@ sessions (`Mcp-Session-Id` issued by `initialize`, 404 for an unknown or expired
 `DELETE` or after SESSION_IDLE_S without a request; past MAX_SESSIONS live ones a new
 `initialize` gets 503 with Retry-After, and no live session is ever evicted for it),
 `ping`, the `server/discover` probe of newer clients answered "method not found" so that they
-fall back to `initialize`, and exactly eight tools that call the same services as the REST API.
+fall back to `initialize`, and exactly eight tools that call the same services as the REST API:
+one for each action marked `mcp`, named by its label (`Sessions_prompt`), whose input schema is
+made of the fields of the action's own declaration (api/contract.py) and checked as the API
+checks them.
 An answer is JSON, or one SSE event when the client accepts only a stream; notifications get
 202. Tool failures and invalid arguments are `isError` results the model can read; an unknown
 tool is -32602 and a request whose id is null -32600 (the 2025-11-25 revision); malformed
@@ -33,9 +36,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from totem.errors import ApiError, Forbidden
+from totem.http.api.contract import ID, properties_of
+from totem.http.api.sessions import DEFAULT_MESSAGE_PAGE
+from totem.http.api.validate import check
 from totem.http.httpd import DuplicateKeyError, Response, decode_json
-from totem.services.sessions import DEFAULT_SESSION_PAGE, MODES
-from totem.tools.schema import validate
+from totem.services.sessions import DEFAULT_SESSION_NAME, DEFAULT_SESSION_PAGE
 
 VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26")
 BATCH_VERSION = "2025-03-26"
@@ -53,7 +58,6 @@ PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR =
     -32700, -32600, -32601, -32602, -32603)
 SERVER_BUSY = -32000  # JSON-RPC's range for the server's own errors: no room for a new MCP session
 
-_ID = {"type": "string", "minLength": 1, "maxLength": 64}
 
 
 @dataclass(frozen=True)
@@ -65,41 +69,64 @@ class McpTool:
     read_only: bool
 
 
-def _object(properties: dict, required: tuple[str, ...] = ()) -> dict:
+@dataclass(frozen=True)
+class Offer:
+    """What the route offers of one action: which fields of its input (an id first when it takes
+    one), which of them it requires beyond the action's own, and the service call."""
+
+    description: str
+    call: Callable[[Any, dict], Awaitable[Any]]
+    fields: tuple[str, ...] = ()
+    required: tuple[str, ...] = ()
+
+
+# By action name. A prompt over MCP takes only text, model and mode: never auto-accept.
+OFFERS = {
+    "projects": Offer("The projects (folders) Totem works in.", lambda s, a: s.projects.list()),
+    "sessions": Offer("The sessions of a project, the most recently changed first.",
+                      lambda s, a: s.sessions.list(a["projectid"], a.get("limit", DEFAULT_SESSION_PAGE),
+                                                   a.get("before")),
+                      ("projectid", "limit", "before")),
+    "sessions_create": Offer("Create a session in a project.",
+                             lambda s, a: s.sessions.create(a["projectid"], a.get("name") or DEFAULT_SESSION_NAME),
+                             ("projectid", "name")),
+    "sessions_read": Offer("A session: its status, and `waiting`, the questions that wait for the person.",
+                           lambda s, a: s.sessions.read(a["id"])),
+    "sessions_messages": Offer("The messages of a session with their parts, oldest first.",
+                               lambda s, a: s.sessions.messages(a["id"], a.get("before"),
+                                                                a.get("limit", DEFAULT_MESSAGE_PAGE)),
+                               ("before", "limit")),
+    "sessions_prompt": Offer("Send a prompt to a session; answers {messageid} at once. File changes and commands "
+                             "ask the person in the Totem screen.", lambda s, a: _prompt(s, a),
+                             ("text", "model", "mode"), ("text",)),
+    "sessions_abort": Offer("Stop the run of a session.", lambda s, a: s.sessions.abort(a["id"])),
+    "sessions_diff": Offer("The files the session changed, each with a unified diff.",
+                           lambda s, a: s.changes.diff(a["id"])),
+}
+
+
+def mcp_tools(table: dict | None = None) -> tuple[McpTool, ...]:
+    """The tools: one per action marked `mcp`, its schema made of the action's declared fields.
+    Raises ValueError when the actions marked `mcp` and OFFERS disagree."""
+    if table is None:
+        from totem.http.routes import action_table  # the routes import this module's package
+        table = action_table()
+    marked = [action for action in table.values() if action.mcp]
+    if {action.name for action in marked} != set(OFFERS):
+        raise ValueError(f"the actions marked mcp ({', '.join(a.name for a in marked)}) are not those offered "
+                         f"({', '.join(OFFERS)})")
+    return tuple(_tool(action, OFFERS[action.name]) for action in marked)
+
+
+def _tool(action, offer: Offer) -> McpTool:
+    declared = properties_of(action.body or {}) | action.query.get("properties", {})
+    own = set(action.query.get("required", ())) | set((action.body or {}).get("required", ()))
+    properties = ({"id": ID} if action.takes_id else {}) | {name: declared[name] for name in offer.fields}
+    required = [name for name in properties if name == "id" or name in own or name in offer.required]
     schema: dict = {"type": "object", "properties": properties, "additionalProperties": False}
     if required:
-        schema["required"] = list(required)
-    return schema
-
-
-TOOLS = (
-    McpTool("Projects_list", "The projects (folders) Totem works in.", _object({}),
-            lambda s, a: s.projects.list(), True),
-    McpTool("Sessions_list", "The sessions of a project, the most recently changed first.",
-            _object({"projectid": _ID, "limit": {"type": "integer", "minimum": 1, "maximum": 500},
-                     "before": _ID}, ("projectid",)),
-            lambda s, a: s.sessions.list(a["projectid"], a.get("limit", DEFAULT_SESSION_PAGE), a.get("before")),
-            True),
-    McpTool("Sessions_create", "Create a session in a project.",
-            _object({"projectid": _ID, "name": {"type": "string", "minLength": 1, "maxLength": 200}},
-                    ("projectid",)),
-            lambda s, a: s.sessions.create(a["projectid"], a.get("name") or "New session"), False),
-    McpTool("Sessions_read", "A session: its status, and `waiting`, the questions that wait for the person.",
-            _object({"id": _ID}, ("id",)), lambda s, a: s.sessions.read(a["id"]), True),
-    McpTool("Sessions_messages", "The messages of a session with their parts, oldest first.",
-            _object({"id": _ID, "before": _ID, "limit": {"type": "integer", "minimum": 1, "maximum": 500}}, ("id",)),
-            lambda s, a: s.sessions.messages(a["id"], a.get("before"), a.get("limit", 100)), True),
-    McpTool("Sessions_prompt", "Send a prompt to a session; answers {messageid} at once. File changes and "
-            "commands ask the person in the Totem screen.",
-            _object({"id": _ID, "text": {"type": "string", "minLength": 1, "maxLength": 1_000_000},
-                     "model": {"type": "string", "minLength": 1, "maxLength": 300},
-                     "mode": {"type": "string", "enum": list(MODES)}}, ("id", "text")),
-            lambda s, a: _prompt(s, a), False),
-    McpTool("Sessions_abort", "Stop the run of a session.", _object({"id": _ID}, ("id",)),
-            lambda s, a: s.sessions.abort(a["id"]), False),
-    McpTool("Sessions_diff", "The files the session changed, each with a unified diff.",
-            _object({"id": _ID}, ("id",)), lambda s, a: s.changes.diff(a["id"]), True),
-)
+        schema["required"] = required
+    return McpTool(action.label.replace("|", "_"), offer.description, schema, offer.call, not action.changes)
 
 
 async def _prompt(services, args: dict) -> dict:
@@ -132,10 +159,10 @@ class McpServer:
     """The MCP route of one Totem. `max_sessions`, `idle_s` and `clock` (monotonic seconds)
     bound the MCP sessions; they are attributes, so a test can narrow them."""
 
-    def __init__(self, services, tools: tuple[McpTool, ...] = TOOLS, max_sessions: int = MAX_SESSIONS,
+    def __init__(self, services, tools: tuple[McpTool, ...] | None = None, max_sessions: int = MAX_SESSIONS,
                  idle_s: float = SESSION_IDLE_S, clock: Callable[[], float] = time.monotonic):
         self.services = services
-        self.tools = {tool.name: tool for tool in tools}
+        self.tools = {tool.name: tool for tool in (mcp_tools() if tools is None else tools)}
         self.max_sessions = max_sessions
         self.idle_s = idle_s
         self.clock = clock
@@ -301,9 +328,11 @@ class McpServer:
         args = params.get("arguments") or {}
         if not isinstance(args, dict):
             return _tool_error("arguments must be an object")
-        problems = validate(tool.schema, args)
+        problems = check(tool.schema, args)
         if problems:
-            return _tool_error(f"invalid arguments for {tool.name}: " + "; ".join(problems))
+            return _tool_error(f"invalid arguments for {tool.name}: "
+                               + "; ".join(f"{name}: {reason}" for name, reason in problems))
+        args = {name: value for name, value in args.items() if value is not None}  # null is taken as absent
         try:
             result = await tool.call(self.services, args)
         except ApiError as exc:

@@ -34,6 +34,10 @@ class Permissions:
         self.projects = projects  # projects.Projects: a project's rules need the project
         self.runs = runs  # agent.loop.Runs: the questions that wait
 
+    def tools(self) -> Mapping[str, ToolKind]:
+        """What a rule may name: each tool of the registry, with the kind of its subject."""
+        return self.kinds()
+
     async def list(self, projectid: str | None = None) -> list[dict]:
         """Every rule a call of the project is decided under, layer by layer (the project's,
         the global saved ones, config.ini's, the defaults); without `projectid`, the global

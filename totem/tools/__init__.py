@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 
+from totem.schema import check_schema, validate
 from totem.security.permissions import CALL, COMMAND, TEXT, ToolKind
 from totem.tools.base import (
     MAX_LINE_CHARS,
@@ -31,7 +32,6 @@ from totem.tools.base import (
     in_skipped_folder,
     resolve_path,
 )
-from totem.tools.schema import check_schema, validate
 
 # The longest arguments text accepted from a model; a file's content for a write tool rides here.
 __all__ = ["MAX_LINE_CHARS", "PERMISSION_SUBJECTS", "SKIPPED_FOLDERS", "NoSpace", "OutsideProject", "Registry", "Tool",

@@ -4,8 +4,10 @@ Every action is `/api/{collection_verb}` or `/api/{collection_verb}/{id}`, named
 protocol text. Read-only actions answer GET and POST; actions that change something answer
 POST only (405 otherwise), so that no GET ever changes anything. Handlers receive a Context and
 return data (`$.callback`) or `success(value)` (`$.success`); they raise ApiError for the rest.
-A handler translates its input (the fields of the body or the query, checked one by one) and
-calls a service of `ctx.services`; the use case itself (its checks of meaning, the write, the
+Each action declares its contract beside its handler (contract.py): the JSON Schemas of its body,
+its query and its answer, from which its input is checked (validate.py), the OpenAPI document is
+made and the MCP route's tools take their schemas. A handler reads its checked input and calls a
+service of `ctx.services`; the use case itself (its checks of meaning, the write, the
 events and the cascade) lives in the service. This package never writes to the socket and
 never builds an error body.
 """
@@ -13,26 +15,31 @@ never builds an error body.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from totem.errors import MethodNotAllowed, NotFound
+from totem.http.api.contract import ANY, MAX_ID_CHARS, NO_QUERY
 from totem.http.api.validate import Input
 from totem.http.httpd import Request, Response, json_response
+from totem.schema import check_schema
 
 if TYPE_CHECKING:
     from totem.core import Services
     from totem.http.host import Host
     from totem.services.tokens import McpTokens
 
-MAX_ID_CHARS = 64
+__all__ = ["MAX_ID_CHARS", "Action", "Context", "Input", "build_table", "call_action", "find_action", "success"]
+
 READ_METHODS = ("GET", "HEAD", "POST")
 CHANGE_METHODS = ("POST",)
 
 
 @dataclass(frozen=True)
 class Action:
-    """One route: its name, its `Collection|verb` label, what it takes and its handler."""
+    """One route: its name, its `Collection|verb` label, its handler and its contract: the JSON
+    Schemas of its body (None: it reads none), its query and its answer. `mcp`: the MCP route
+    offers it as a tool (mcp_route.py)."""
 
     name: str
     label: str
@@ -40,6 +47,9 @@ class Action:
     changes: bool = False
     takes_id: bool = False
     mcp: bool = False
+    body: dict | None = None
+    query: dict = field(default_factory=lambda: NO_QUERY)
+    answer: dict = field(default_factory=lambda: ANY)
 
     @property
     def methods(self) -> tuple[str, ...]:
@@ -58,6 +68,7 @@ class Context:
     request: Request
     id: str | None
     query: dict
+    action: Action
 
     @property
     def services(self) -> Services:
@@ -67,13 +78,16 @@ class Context:
     def tokens(self) -> McpTokens:
         return self.app.tokens  # the MCP-only tokens, served before the core is built
 
-    async def body(self, allowed: tuple[str, ...]) -> Input:
-        """The JSON body as an Input. Raises UnsupportedMediaType (415) for a body that is not
-        application/json, BadRequest for malformed JSON, a key given twice or a non-object."""
-        return Input(await self.request.json(), allowed)
+    async def body(self) -> Input:
+        """The JSON body as an Input checked against the action's body schema. Raises
+        UnsupportedMediaType (415) for a body that is not application/json, BadRequest for
+        malformed JSON, a key given twice or a non-object."""
+        assert self.action.body is not None, f"{self.action.label} declares no body"
+        return Input(await self.request.json(), self.action.body)
 
-    def params(self, allowed: tuple[str, ...] | None = None) -> Input:
-        return Input(self.query, allowed, where="query")
+    def params(self) -> Input:
+        """The query as an Input checked against the action's query schema."""
+        return Input(self.query, self.action.query, where="query")
 
 
 def success(value) -> dict:
@@ -82,12 +96,17 @@ def success(value) -> dict:
 
 
 def build_table(*modules) -> dict[str, Action]:
-    """The action table from the ACTIONS of each module; names must be unique."""
+    """The action table from the ACTIONS of each module; names must be unique, and every input
+    schema one that totem/schema.py validates (a typo fails here, not silently). Raises
+    ValueError."""
     table: dict[str, Action] = {}
     for module in modules:
         for action in module.ACTIONS:
             if action.name in table:
                 raise ValueError(f"action {action.name} is declared twice")
+            if action.body is not None:
+                check_schema(action.body, f"{action.name} body")
+            check_schema(action.query, f"{action.name} query")
             table[action.name] = action
     return table
 
@@ -99,7 +118,7 @@ def find_action(table: dict[str, Action], path: str) -> tuple[Action, str | None
     action = table.get(name)
     if action is None:
         raise NotFound(("action", f"no action {name or '(empty)'}"))
-    if "/" in ident or len(ident) > MAX_ID_CHARS:
+    if "/" in ident or len(ident) > MAX_ID_CHARS:  # the ID of contract.py: what a path id may be
         raise NotFound(("id", "malformed id"))
     if action.takes_id and not ident:
         raise NotFound(("id", f"{action.label} needs an id: /api/{name}/{{id}}"))
@@ -117,7 +136,7 @@ async def call_action(app: Host, table: dict[str, Action], request: Request) -> 
     if request.method not in action.methods:
         raise MethodNotAllowed(("method", f"{action.label} answers {' and '.join(action.methods)}"),
                                headers={"Allow": ", ".join(action.methods + ("OPTIONS",))})
-    result = await action.handler(Context(app, request, ident, request.query))
+    result = await action.handler(Context(app, request, ident, request.query, action))
     if isinstance(result, Response):
         return result
     return json_response(result)

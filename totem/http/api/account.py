@@ -10,10 +10,27 @@ from __future__ import annotations
 
 from totem import __version__
 from totem.errors import BadRequest
-from totem.http.api import Action, Input, success
+from totem.http.api import Action, success
+from totem.http.api.contract import (
+    BOOLEAN,
+    ID_ANSWER,
+    STRING,
+    TIME_MS,
+    body,
+    choice,
+    listing,
+    mapping,
+    query,
+    record,
+    success as success_answer,
+    text,
+)
 from totem.http.httpd import json_response
 
 MAX_MCP_TOKEN_NAME_CHARS = 100
+MAX_TOKEN_CHARS = 1024
+MAX_CODE_CHARS = 200
+WAITS = ("sandbox",)
 
 # What the protocol text names, by whether it is built (issue 10, "Truthful surfaces").
 CAPABILITIES = {
@@ -34,11 +51,20 @@ CAPABILITIES = {
 }
 
 
+READ_QUERY = query(optional={"wait": choice(WAITS, "sandbox: wait for the sandbox's probe to end")})
+READ_ANSWER = record({
+    "user": record({"id": STRING, "name": STRING}), "token": BOOLEAN, "mcptokens": BOOLEAN, "version": STRING,
+    "capabilities": mapping(BOOLEAN, "what this Totem can do: " + ", ".join(CAPABILITIES) + ", cookiesecure"),
+    "sandbox": record({"mode": STRING}, {"probing": BOOLEAN},
+                      "the sandbox of the agent's processes; {mode, probing: true} while its probe runs"),
+})
+
+
 async def read_account(ctx):
     """`?wait=sandbox` waits for the sandbox's probe, whose answer is else `{mode, probing}`
     while it runs (the first seconds after a start)."""
-    params = ctx.params(("wait",))
-    wait = params.choice("wait", ("sandbox",)) == "sandbox"
+    params = ctx.params()
+    wait = params.value("wait") == "sandbox"
     params.done()
     config = ctx.app.config
     return {
@@ -57,16 +83,20 @@ def _require_token(ctx) -> None:
         raise BadRequest(("token", "no access token is configured, so there is nothing to sign in to"))
 
 
+# Not body(): neither field may be null, so that exactly one is given.
+LOGIN_BODY = {"type": "object", "properties": {"token": text(MAX_TOKEN_CHARS, description="the access token"),
+                                               "code": text(MAX_CODE_CHARS, description="a one-time sign-in code")},
+              "additionalProperties": False, "minProperties": 1, "maxProperties": 1,
+              "description": "the access token as token, or a one-time sign-in code as code: one of the two"}
+SIGNED = success_answer(description="Signed in (or out): the cookie is in Set-Cookie; the value is the user, local")
+
+
 async def login(ctx):
     """With `token` (the access token) or `code` (a one-time sign-in code), one of the two."""
     _require_token(ctx)
-    body = Input(await ctx.request.json(), ("token", "code"))
-    token = body.text("token", max_chars=1024, strip=False)
-    code = body.text("code", max_chars=200)
-    if token is None and code is None and not body.errors:
-        body.errors.append(("token", "give the access token, or a sign-in code as code"))
-    elif token is not None and code is not None:
-        body.errors.append(("code", "give the access token or a sign-in code, not both"))
+    body = await ctx.body()
+    token = body.text("token", strip=False)
+    code = body.text("code")
     body.done()
     perimeter = ctx.app.perimeter
     cookie = await (perimeter.login(ctx.request, token) if token is not None else
@@ -80,6 +110,12 @@ async def logout(ctx):
     return json_response(success("local"), headers=[("Set-Cookie", cookie)])
 
 
+MCP_TOKEN = record({"id": STRING, "name": STRING, "created": TIME_MS})
+MCP_TOKENS_ANSWER = record({"tokens": listing(MCP_TOKEN), "config": BOOLEAN})
+CREATE_MCP_TOKEN_BODY = body({"name": text(MAX_MCP_TOKEN_NAME_CHARS)})
+CREATED_MCP_TOKEN = record(MCP_TOKEN["properties"] | {"token": STRING}, description="shown this once")
+
+
 async def list_mcp_tokens(ctx):
     """The MCP-only tokens made here: id, name and when; never the token."""
     return await ctx.tokens.list()
@@ -87,8 +123,8 @@ async def list_mcp_tokens(ctx):
 
 async def create_mcp_token(ctx):
     """A new MCP-only token: answered once, with its id and name; only its digest is kept."""
-    body = Input(await ctx.request.json(), ("name",))
-    name = body.text("name", required=True, max_chars=MAX_MCP_TOKEN_NAME_CHARS)
+    body = await ctx.body()
+    name = body.text("name")
     body.done()
     return await ctx.tokens.create(name)
 
@@ -98,10 +134,12 @@ async def remove_mcp_token(ctx):
 
 
 ACTIONS = (
-    Action("account", "Account|read", read_account),
-    Action("mcptokens_list", "Account|mcptokens", list_mcp_tokens),
-    Action("mcptokens_create", "Account|mcptokencreate", create_mcp_token, changes=True),
-    Action("mcptokens_remove", "Account|mcptokenremove", remove_mcp_token, changes=True, takes_id=True),
-    Action("login", "Account|login", login, changes=True),
-    Action("logout", "Account|logout", logout, changes=True),
+    Action("account", "Account|read", read_account, query=READ_QUERY, answer=READ_ANSWER),
+    Action("mcptokens_list", "Account|mcptokens", list_mcp_tokens, answer=MCP_TOKENS_ANSWER),
+    Action("mcptokens_create", "Account|mcptokencreate", create_mcp_token, changes=True, body=CREATE_MCP_TOKEN_BODY,
+           answer=CREATED_MCP_TOKEN),
+    Action("mcptokens_remove", "Account|mcptokenremove", remove_mcp_token, changes=True, takes_id=True,
+           answer=ID_ANSWER),
+    Action("login", "Account|login", login, changes=True, body=LOGIN_BODY, answer=SIGNED),
+    Action("logout", "Account|logout", logout, changes=True, answer=SIGNED),
 )

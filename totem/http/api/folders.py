@@ -7,9 +7,15 @@ import os
 
 from totem.errors import BadRequest
 from totem.http.api import Action
+from totem.http.api.contract import BOOLEAN, STRING, listing, query, record
+from totem.http.api.projects import ABSOLUTE_PATH
 
 MAX_FOLDER_ITEMS = 2000
 MAX_RECENT_PLACES = 10
+FOLDERS_QUERY = query(optional={"path": ABSOLUTE_PATH})  # the home folder when absent
+FOLDERS = record({"path": STRING, "sep": STRING, "home": STRING, "items": listing(record({"name": STRING})),
+                  "more": BOOLEAN, "places": listing(record({"name": STRING, "path": STRING}))},
+                 description="the folders in path (hidden ones left out), and places to start from")
 
 
 def _list_folders(path: str) -> tuple[list[dict], bool]:
@@ -30,8 +36,8 @@ def _list_folders(path: str) -> tuple[list[dict], bool]:
 async def list_folders(ctx):
     """The folders in `path` (the home folder without one), and the places to start from: the
     home folder, the root and the projects opened last."""
-    params = ctx.params(("path",))
-    given = params.text("path", max_chars=4096)
+    params = ctx.params()
+    given = params.text("path")
     params.done()
     home = os.path.expanduser("~")
     path = os.path.abspath(os.path.expanduser(given)) if given else home
@@ -53,5 +59,5 @@ async def list_folders(ctx):
 
 
 ACTIONS = (
-    Action("folders", "Folders|list", list_folders),
+    Action("folders", "Folders|list", list_folders, query=FOLDERS_QUERY, answer=FOLDERS),
 )

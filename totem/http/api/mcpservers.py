@@ -4,15 +4,22 @@ session with `sessionid`). Starting one is never an action: a run asks the perso
 from __future__ import annotations
 
 from totem.http.api import Action
+from totem.http.api.contract import ID, STRING, listing, query, record
+
+SERVERS_QUERY = query(optional={"sessionid": ID})
+SERVERS = record({"servers": listing(record({"server": STRING, "file": STRING, "state": STRING})),
+                  "invalid": listing(record({"file": STRING, "error": STRING}, {"server": STRING}))},
+                 description="the servers of .totem/mcp.json and .mcp.json with their state (running, ended, "
+                             "failed, refused, not started); invalid: the definitions that cannot be used")
 
 
 async def list_servers(ctx):
-    params = ctx.params(("sessionid",))
-    sessionid = params.text("sessionid", max_chars=64)
+    params = ctx.params()
+    sessionid = params.text("sessionid")
     params.done()
     return await ctx.services.servers.list(ctx.id, sessionid)
 
 
 ACTIONS = (
-    Action("projects_mcp", "Projects|mcp", list_servers, takes_id=True),
+    Action("projects_mcp", "Projects|mcp", list_servers, takes_id=True, query=SERVERS_QUERY, answer=SERVERS),
 )

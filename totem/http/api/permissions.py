@@ -11,26 +11,72 @@ grant itself rights.
 from __future__ import annotations
 
 from totem.http.api import Action, success
-from totem.security.permissions import ACTIONS as RULE_ACTIONS, MAX_PATTERN_CHARS
+from totem.http.api.contract import (
+    BOOLEAN,
+    ID,
+    ID_ANSWER,
+    STRING,
+    body,
+    choice,
+    listing,
+    maybe,
+    query,
+    record,
+    text,
+    texts,
+)
+from totem.security.permissions import (
+    ACTIONS as RULE_ACTIONS,
+    CALL,
+    COMMAND,
+    HOST,
+    LAYERS,
+    MAX_PATTERN_CHARS,
+    PATH,
+    TEXT,
+)
 
 REPLIES = ("once", "always", "reject")
+SCOPES = ("project", "global")
+ANY_TOOL = "*"
 MAX_ALWAYS_PATTERNS = 50  # one per simple command of a line that asked
+MAX_TOOL_CHARS = 100
+
+RULE = record({"id": maybe(STRING), "tool": STRING, "pattern": STRING, "action": choice(RULE_ACTIONS),
+               "layer": choice(LAYERS), "projectid": maybe(STRING), "removable": BOOLEAN},
+              {"source": STRING}, "a rule; only a saved one (removable) has an id")
+LIST_QUERY = query(optional={"projectid": ID | {"description": "the project whose rules come first"}})
+SAVE_BODY = body({"tool": text(MAX_TOOL_CHARS, description=f"a name of Permissions|tools, or {ANY_TOOL}"),
+                  "pattern": text(MAX_PATTERN_CHARS, description="what the rule matches, by the tool's subject"),
+                  "action": choice(RULE_ACTIONS)},
+                 {"scope": choice(SCOPES, "project when absent"),
+                  "projectid": ID | {"description": "required for a project rule, refused for a global one"}})
+REPLY_BODY = body({"reply": choice(REPLIES)}, {
+    "pattern": text(MAX_PATTERN_CHARS, description="with always: the pattern to allow"),
+    "patterns": texts(MAX_ALWAYS_PATTERNS, MAX_PATTERN_CHARS, "with always: a pattern for each group that asked")})
+TOOLS = record({
+    "tools": listing(record({"name": STRING, "subject": choice((PATH, COMMAND, HOST, CALL, TEXT)),
+                             "changes": BOOLEAN})),
+    "any": {"const": ANY_TOOL}, "actions": listing(choice(RULE_ACTIONS)), "scopes": listing(choice(SCOPES)),
+    "replies": listing(choice(REPLIES))},
+    description="what a rule may name: each tool of the registry and subject decided without being a tool, with "
+                "the kind of its patterns (subject) and whether it changes things; the actions, scopes and replies")
 
 
 async def list_permissions(ctx):
-    params = ctx.params(("projectid",))
-    projectid = params.text("projectid", max_chars=64)
+    params = ctx.params()
+    projectid = params.text("projectid")
     params.done()
     return await ctx.services.permissions.list(projectid)
 
 
 async def save_permission(ctx):
-    body = await ctx.body(("projectid", "scope", "tool", "pattern", "action"))
-    scope = body.choice("scope", ("project", "global"), default="project")
-    projectid = body.text("projectid", max_chars=64)
-    tool = body.text("tool", required=True, max_chars=100)
-    pattern = body.text("pattern", required=True, max_chars=1000, strip=False)
-    action = body.choice("action", RULE_ACTIONS, required=True)
+    body = await ctx.body()
+    scope = body.value("scope", "project")
+    projectid = body.text("projectid")
+    tool = body.text("tool")
+    pattern = body.text("pattern", strip=False)
+    action = body.value("action")
     body.done()
     return await ctx.services.permissions.save(scope, projectid, tool, pattern, action)
 
@@ -40,17 +86,28 @@ async def remove_permission(ctx):
 
 
 async def reply_permission(ctx):
-    body = await ctx.body(("reply", "pattern", "patterns"))
-    reply = body.choice("reply", REPLIES, required=True)
-    pattern = body.text("pattern", max_chars=MAX_PATTERN_CHARS, strip=False)
-    patterns = body.texts("patterns", MAX_ALWAYS_PATTERNS, max_chars=MAX_PATTERN_CHARS)
+    body = await ctx.body()
+    reply = body.value("reply")
+    pattern = body.text("pattern", strip=False)
+    patterns = body.value("patterns")
     body.done()
     return success(ctx.services.permissions.reply(ctx.id, reply, pattern, patterns))
 
 
+async def list_tools(ctx):
+    """What the rule editor offers, from the tool registry (never a list of its own)."""
+    ctx.params().done()
+    kinds = ctx.services.permissions.tools()
+    return {"tools": [{"name": name, "subject": kind.subject, "changes": kind.changes} for name, kind in kinds.items()],
+            "any": ANY_TOOL, "actions": list(RULE_ACTIONS), "scopes": list(SCOPES), "replies": list(REPLIES)}
+
+
 ACTIONS = (
-    Action("permissions", "Permissions|list", list_permissions),
-    Action("permissions_save", "Permissions|save", save_permission, changes=True),
-    Action("permissions_remove", "Permissions|remove", remove_permission, changes=True, takes_id=True),
-    Action("permissions_reply", "Permissions|reply", reply_permission, changes=True, takes_id=True),
+    Action("permissions", "Permissions|list", list_permissions, query=LIST_QUERY, answer=listing(RULE)),
+    Action("permissions_tools", "Permissions|tools", list_tools, answer=TOOLS),
+    Action("permissions_save", "Permissions|save", save_permission, changes=True, body=SAVE_BODY, answer=RULE),
+    Action("permissions_remove", "Permissions|remove", remove_permission, changes=True, takes_id=True,
+           answer=ID_ANSWER),
+    Action("permissions_reply", "Permissions|reply", reply_permission, changes=True, takes_id=True, body=REPLY_BODY,
+           answer=ID_ANSWER),
 )

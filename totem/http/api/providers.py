@@ -10,47 +10,73 @@ also keeps the scrubber of command output in step with the saved keys.
 
 from __future__ import annotations
 
-from totem.agent.providers import url_problem
+from totem.agent.kinds import KINDS
+from totem.agent.providers import MAX_URL_CHARS, url_problem
 from totem.http.api import Action, success
+from totem.http.api.contract import (
+    ANY,
+    BOOLEAN,
+    ID,
+    ID_ANSWER,
+    STRING,
+    TIME_MS,
+    body,
+    listing,
+    maybe,
+    patterned,
+    record,
+    text,
+)
 
 MAX_NAME_CHARS = 100
 MAX_KEY_CHARS = 4096
-MAX_ID_CHARS = 64
 MAX_CHOSEN_MODELS = 1000
 MAX_MODEL_ID_CHARS = 300
+MAX_KIND_CHARS = 64
+
+# Narrower than url_problem (no IPv6 literal, ASCII only), so that what it takes is always taken.
+URL = patterned(r"^[Hh][Tt][Tt][Pp][Ss]?://[A-Za-z0-9._-]+"
+                r"(:(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[0-9]{1,4}))?"
+                r"([/?#][!-~]*)?$", "an http:// or https:// address with a host", MAX_URL_CHARS)
+# Only visible ASCII: a key travels in an HTTP header, where a line break would be an injection.
+KEY = {"type": "string", "maxLength": MAX_KEY_CHARS, "pattern": r"^[!-~]*$",
+       "description": "visible ASCII characters, without spaces; \"\" removes the stored key"}
+KIND = text(MAX_KIND_CHARS, description="a kind of Providers|templates: " + ", ".join(KINDS))
+PROVIDER = record({"id": STRING, "name": STRING, "kind": STRING, "url": STRING, "icon": STRING, "haskey": BOOLEAN,
+                   "models": maybe(listing(STRING)), "created": TIME_MS, "updated": TIME_MS},
+                  description="a saved provider, never its key; models: the chosen ones (null: all)")
+MODEL_INFO = record({"id": STRING}, {"name": maybe(STRING), "context": ANY, "tools": ANY, "reasoning": ANY,
+                                     "free": ANY, "price": ANY})
+CATALOG_MODEL = record({"id": STRING, "provider": record({"id": STRING, "name": STRING}), "model": STRING},
+                       MODEL_INFO["properties"], "a model a session can use; id is <providerid>/<model>")
+SAVE_BODY = body({"name": text(MAX_NAME_CHARS), "kind": KIND, "url": URL}, {
+    "id": ID | {"description": "the provider to change (a new one when absent)"}, "key": KEY,
+    "models": {"type": "array", "maxItems": MAX_CHOSEN_MODELS, "items": text(MAX_MODEL_ID_CHARS),
+               "description": "the models to offer (all when absent)"}})
+AVAILABLE_BODY = body(optional={"id": ID | {"description": "a saved provider (url and kind are then optional)"},
+                                "url": URL, "kind": KIND, "key": KEY}) | {
+    "anyOf": [{"required": ["id"]}, {"required": ["url", "kind"]}]}
 
 
-def _key(body, name: str = "key") -> str | None:
-    """The key field: None when absent (keep the stored one), "" to remove it, else the key.
-    Only visible ASCII: a key travels in an HTTP header, where a line break would be an injection."""
-    key = body.text(name, max_chars=MAX_KEY_CHARS, allow_empty=True)
-    if key and any(not 0x21 <= ord(ch) <= 0x7E for ch in key):
-        body.errors.append((name, "must contain only visible ASCII characters, without spaces"))
+def _kind(body, providers) -> str | None:
+    """The kind field, one of the kinds this server has (a kind can be added while it runs)."""
+    kind = body.text("kind")
+    if kind is not None and kind not in providers.kinds():
+        body.errors.append(("kind", f"must be one of {', '.join(providers.kinds())}"))
         return None
-    return key
+    return kind
 
 
-def _url(body, required: bool) -> str | None:
-    url = body.text("url", required=required, max_chars=4096)
-    if url is not None and (problem := url_problem(url)) is not None:
+def _url(body) -> str | None:
+    url = body.text("url")
+    if url is not None and (problem := url_problem(url)) is not None:  # the pattern is narrower: a guard
         body.errors.append(("url", problem))
         return None
     return url
 
 
-def _chosen_models(body) -> list[str] | None:
-    value = body.data.get("models")
-    if value is None:
-        return None
-    if (not isinstance(value, list) or len(value) > MAX_CHOSEN_MODELS
-            or not all(isinstance(v, str) and 0 < len(v) <= MAX_MODEL_ID_CHARS for v in value)):
-        body.errors.append(("models", f"must be a list of at most {MAX_CHOSEN_MODELS} model ids"))
-        return None
-    return value
-
-
 async def list_providers(ctx):
-    ctx.params(()).done()
+    ctx.params().done()
     return await ctx.services.providers.list()
 
 
@@ -58,19 +84,19 @@ async def save_provider(ctx):
     """Create a provider, or change the one of `id`. `key` absent or null keeps the stored key,
     "" removes it. Answers the provider without its key."""
     providers = ctx.services.providers
-    body = await ctx.body(("id", "name", "kind", "url", "key", "models"))
-    providerid = body.text("id", max_chars=MAX_ID_CHARS)
-    name = body.text("name", required=True, max_chars=MAX_NAME_CHARS)
-    kind = body.choice("kind", providers.kinds(), required=True)
-    url = _url(body, required=True)
-    key = _key(body)
-    models = _chosen_models(body)
+    body = await ctx.body()
+    providerid = body.text("id")
+    name = body.text("name")
+    kind = _kind(body, providers)
+    url = _url(body)
+    key = body.text("key", strip=False)
+    models = body.value("models")
     body.done()
     return await providers.save(providerid, name, kind, url, key, models)
 
 
 async def remove_provider(ctx):
-    ctx.params(()).done()
+    ctx.params().done()
     return success(await ctx.services.providers.remove(ctx.id))
 
 
@@ -78,17 +104,17 @@ async def list_models(ctx):
     """Providers|models: the models a session can use, as one flat list of
     `{id: "<providerid>/<model>", provider: {id, name, icon}, model, name, context, tools,
     reasoning, free}`. Unlike Providers|catalog it does not say which providers failed."""
-    ctx.params(()).done()
+    ctx.params().done()
     return await ctx.services.providers.models()
 
 
 async def list_templates(ctx):
-    ctx.params(()).done()
+    ctx.params().done()
     return ctx.services.providers.templates()
 
 
 async def detect_servers(ctx):
-    ctx.params(()).done()
+    ctx.params().done()
     return await ctx.services.providers.detect()
 
 
@@ -97,11 +123,11 @@ async def available_models(ctx):
     (its stored key is used; `url`, `kind` and `key` given beside `id` override the stored
     ones, so an edit form can check a new URL without typing the key again)."""
     providers = ctx.services.providers
-    body = await ctx.body(("id", "url", "kind", "key"))
-    providerid = body.text("id", max_chars=MAX_ID_CHARS)
-    url = _url(body, required=providerid is None)
-    kind = body.choice("kind", providers.kinds(), required=providerid is None)
-    key = _key(body)
+    body = await ctx.body()
+    providerid = body.text("id")
+    url = _url(body)
+    kind = _kind(body, providers)
+    key = body.text("key", strip=False)
     body.done()
     return await providers.available(providerid, url, kind, key)
 
@@ -109,18 +135,26 @@ async def available_models(ctx):
 async def read_catalog(ctx):
     """Providers|catalog: `{providers: [{id, name, kind, icon, error}], models: [...]}`; a
     provider that failed has its reason in `error`."""
-    ctx.params(()).done()
+    ctx.params().done()
     return await ctx.services.providers.catalog()
 
 
 ACTIONS = (
-    Action("providers", "Providers|list", list_providers),
-    Action("providers_save", "Providers|save", save_provider, changes=True),
-    Action("providers_remove", "Providers|remove", remove_provider, changes=True, takes_id=True),
-    Action("providers_models", "Providers|models", list_models, mcp=True),
-    Action("providers_templates", "Providers|templates", list_templates),
-    Action("providers_detect", "Providers|detect", detect_servers),
+    Action("providers", "Providers|list", list_providers, answer=listing(PROVIDER)),
+    Action("providers_save", "Providers|save", save_provider, changes=True, body=SAVE_BODY, answer=PROVIDER),
+    Action("providers_remove", "Providers|remove", remove_provider, changes=True, takes_id=True, answer=ID_ANSWER),
+    Action("providers_models", "Providers|models", list_models, answer=listing(CATALOG_MODEL)),
+    Action("providers_templates", "Providers|templates", list_templates, answer=listing(record(
+        {"id": STRING, "name": STRING, "kind": STRING, "url": STRING, "key": STRING, "local": BOOLEAN,
+         "icon": STRING}, description="a known provider; key: needed, optional or none"))),
+    Action("providers_detect", "Providers|detect", detect_servers, answer=listing(record(
+        {"id": STRING, "name": STRING, "kind": STRING, "url": STRING, "models": listing(MODEL_INFO)},
+        {"icon": STRING, "providerid": maybe(STRING)}, "a local server that answers, with its models"))),
     # POST only although it changes nothing: it takes a body (maybe a key), which a GET cannot carry.
-    Action("providers_available", "Providers|available", available_models, changes=True),
-    Action("providers_catalog", "Providers|catalog", read_catalog),
+    Action("providers_available", "Providers|available", available_models, changes=True, body=AVAILABLE_BODY,
+           answer=listing(MODEL_INFO)),
+    Action("providers_catalog", "Providers|catalog", read_catalog, answer=record(
+        {"providers": listing(record({"id": STRING, "name": STRING, "kind": STRING}, {"icon": STRING,
+                                                                                      "error": maybe(STRING)})),
+         "models": listing(CATALOG_MODEL)}, description="the models a session can use; error: why a provider failed")),
 )

@@ -1,60 +1,92 @@
-"""Schedules|list, save, remove and run: scheduled prompts of a project. Each handler checks the
-type and range of every field and calls `ctx.services.schedules` (totem/services/schedules.py)."""
+"""Schedules|list, save, remove and run: scheduled prompts of a project. Each action declares its
+input and answer (a save's fields follow its kind); the handler reads the checked fields and calls
+`ctx.services.schedules` (totem/services/schedules.py)."""
 
 from __future__ import annotations
 
 from totem.http.api import Action, success
-from totem.http.api.sessions import MAX_NAME_CHARS, MAX_PROMPT_CHARS
+from totem.http.api.contract import (
+    BOOLEAN,
+    ID,
+    ID_ANSWER,
+    INTEGER,
+    STRING,
+    TIME_MS,
+    body,
+    choice,
+    integer,
+    listing,
+    maybe,
+    patterned,
+    query,
+    record,
+    text,
+    variants,
+)
+from totem.http.api.sessions import MAX_NAME_CHARS, MAX_PROMPT_CHARS, MODEL
 from totem.services.schedules import DEFAULT_MODE, KINDS, MAX_INTERVAL_MINUTES, MIN_INTERVAL_MINUTES, TIME_PATTERN
 from totem.services.sessions import MODES
 
-MAX_ID_CHARS = 64
+MAX_TIME_CHARS = len("HH:MM")
+LIST_QUERY = query({"projectid": ID})
+SCHEDULE = record({
+    "id": STRING, "projectid": STRING, "name": STRING, "prompt": STRING, "model": STRING, "kind": choice(KINDS),
+    "interval": maybe(INTEGER), "time": maybe(STRING), "mode": choice(MODES), "autoaccept": BOOLEAN,
+    "enabled": BOOLEAN, "next": maybe(TIME_MS),
+    "last": maybe(record({"status": STRING}, {"time": TIME_MS, "sessionid": maybe(STRING), "note": maybe(STRING)})),
+    "timezone": STRING, "created": TIME_MS, "updated": TIME_MS})
+INTERVAL = integer(MIN_INTERVAL_MINUTES, MAX_INTERVAL_MINUTES, "minutes between runs")
+TIME = patterned(f"^({TIME_PATTERN.pattern})$", "HH:MM, 00:00 to 23:59, in the server's time zone", MAX_TIME_CHARS)
+FIELDS = {"projectid": ID, "name": text(MAX_NAME_CHARS), "prompt": text(MAX_PROMPT_CHARS), "model": MODEL}
+OPTIONS = {"id": ID | {"description": "the schedule to change (a new one when absent)"},
+           "mode": choice(MODES, f"{DEFAULT_MODE} when absent"), "autoaccept": BOOLEAN,
+           "enabled": BOOLEAN | {"description": "true when absent"}}
+SAVE_BODY = variants("kind", {
+    "interval": body(FIELDS | {"interval": INTERVAL}, OPTIONS | {"time": TIME}),
+    "daily": body(FIELDS | {"time": TIME}, OPTIONS | {"interval": INTERVAL}),
+}, "a schedule: every interval minutes, or daily at time")
 
 
 async def list_schedules(ctx):
-    params = ctx.params(("projectid",))
-    projectid = params.text("projectid", required=True, max_chars=MAX_ID_CHARS)
+    params = ctx.params()
+    projectid = params.text("projectid")
     params.done()
     return await ctx.services.schedules.list(projectid)
 
 
 async def save_schedule(ctx):
-    body = await ctx.body(("id", "projectid", "name", "prompt", "model", "kind", "interval", "time", "mode",
-                           "autoaccept", "enabled"))
+    body = await ctx.body()
     fields = {
-        "projectid": body.text("projectid", required=True, max_chars=MAX_ID_CHARS),
-        "name": body.text("name", required=True, max_chars=MAX_NAME_CHARS),
-        "prompt": body.text("prompt", required=True, max_chars=MAX_PROMPT_CHARS, strip=False),
-        "model": body.text("model", required=True, max_chars=300),
-        "kind": body.choice("kind", KINDS, required=True),
-        "interval": body.integer("interval", MIN_INTERVAL_MINUTES, MAX_INTERVAL_MINUTES),
-        "time": body.text("time", max_chars=5),
-        "mode": body.choice("mode", MODES, default=DEFAULT_MODE),
-        "autoaccept": body.boolean("autoaccept", default=False),
-        "enabled": body.boolean("enabled", default=True),
+        "projectid": body.text("projectid"),
+        "name": body.text("name"),
+        "prompt": body.text("prompt", strip=False),
+        "model": body.text("model"),
+        "kind": body.value("kind"),
+        "interval": body.value("interval"),
+        "time": body.text("time"),
+        "mode": body.value("mode", DEFAULT_MODE),
+        "autoaccept": body.value("autoaccept", False),
+        "enabled": body.value("enabled", True),
     }
-    scheduleid = body.text("id", max_chars=MAX_ID_CHARS)
-    if fields["time"] is not None and not TIME_PATTERN.fullmatch(fields["time"]):
-        body.errors.append(("time", "must be HH:MM, 00:00 to 23:59, in the server's time zone"))
-    if fields["prompt"] is not None and not fields["prompt"].strip():
-        body.errors.append(("prompt", "must not be empty"))
+    scheduleid = body.text("id")
     body.done()
     return await ctx.services.schedules.save(fields, scheduleid)
 
 
 async def remove_schedule(ctx):
-    ctx.params(()).done()
+    ctx.params().done()
     return success(await ctx.services.schedules.remove(ctx.id))
 
 
 async def run_schedule(ctx):
-    ctx.params(()).done()
+    ctx.params().done()
     return await ctx.services.schedules.run_now(ctx.id)
 
 
 ACTIONS = (
-    Action("schedules", "Schedules|list", list_schedules),
-    Action("schedules_save", "Schedules|save", save_schedule, changes=True),
-    Action("schedules_remove", "Schedules|remove", remove_schedule, changes=True, takes_id=True),
-    Action("schedules_run", "Schedules|run", run_schedule, changes=True, takes_id=True),
+    Action("schedules", "Schedules|list", list_schedules, query=LIST_QUERY, answer=listing(SCHEDULE)),
+    Action("schedules_save", "Schedules|save", save_schedule, changes=True, body=SAVE_BODY, answer=SCHEDULE),
+    Action("schedules_remove", "Schedules|remove", remove_schedule, changes=True, takes_id=True, answer=ID_ANSWER),
+    Action("schedules_run", "Schedules|run", run_schedule, changes=True, takes_id=True,
+           answer=record({"sessionid": STRING}, description="the session of the run")),
 )
