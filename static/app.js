@@ -46,7 +46,7 @@ let serversTimer = 0;
 
 const conversation = new Conversation(byId('conversation'), {
   onLoadEarlier: loadEarlier, onUndo: (messageid) => undo(messageid), onFork: fork, onOpenChange: openChange,
-  onUnqueue: unqueue, jump: byId('jump-latest'), sessionHref,
+  onUnqueue: unqueue, onRetry: retry, onProviders: () => providers.show(), jump: byId('jump-latest'), sessionHref,
 });
 const changes = new ChangesPanel();
 const jobs = new JobsPanel();
@@ -574,7 +574,7 @@ function openChange(path) {
 
 // -- prompts ---------------------------------------------------------------------------------
 
-async function sendPrompt(body) {
+async function sendPrompt(body, { fromComposer = true } = {}) {
   if (!body.model) {
     toast(state.catalog.providers.length ? 'Choose a model first' : 'Add a model provider first');
     providers.show({ add: !state.catalog.providers.length });
@@ -589,10 +589,21 @@ async function sendPrompt(body) {
   try {
     await api('sessions_prompt', { id: sessionid, body });
     localStorage.setItem('totem.model', body.model);
-    composer.clear(sessionid);
+    if (fromComposer) composer.clear(sessionid); // a retry leaves what is being written
   } catch (error) {
     toast(error.message);
   }
+}
+
+// Retry of a failed run: its prompt sent again, with the model and mode chosen now (a model
+// changed in Providers after the error is the one that runs).
+async function retry() {
+  const text = conversation.lastPrompt();
+  if (!text) {
+    toast('There is no prompt to send again: write one below');
+    return;
+  }
+  await sendPrompt({ ...composer.choices(), text }, { fromComposer: false });
 }
 
 // A queued prompt taken back before it ran.

@@ -211,9 +211,15 @@ export class Composer {
     }
   }
 
+  // What is chosen for the next prompt, without its words, files or command.
+  choices() {
+    const choices = { model: this.model.value, mode: this.mode.value, autoaccept: this.autoaccept.checked };
+    if (this.reasoning.value) choices.reasoning = this.reasoning.value;
+    return choices;
+  }
+
   body() {
-    const body = { text: this.text.value, model: this.model.value, mode: this.mode.value, autoaccept: this.autoaccept.checked };
-    if (this.reasoning.value) body.reasoning = this.reasoning.value;
+    const body = { text: this.text.value, ...this.choices() };
     if (this.files.length) body.attachments = this.files.map(({ name, mime, data }) => ({ name, mime, data }));
     return this.applyCommand(body);
   }

@@ -34,9 +34,9 @@ export class Conversation {
   // of messages and tools; sessionHref(sessionid): the address of a session of the project (a
   // sub-agent's). jump: the "Jump to latest" button, shown while a run goes on and the view is
   // scrolled up.
-  constructor(root, { onLoadEarlier, onUndo, onFork, onUnqueue, onOpenChange, sessionHref, jump }) {
+  constructor(root, { onLoadEarlier, onUndo, onFork, onUnqueue, onOpenChange, onRetry, onProviders, sessionHref, jump }) {
     this.root = root;
-    this.actions = { onUndo, onFork, onUnqueue, onOpenChange, sessionHref };
+    this.actions = { onUndo, onFork, onUnqueue, onOpenChange, onRetry, onProviders, sessionHref };
     this.list = h('div', { className: 'messages' });
     this.earlier = h('button', { type: 'button', className: 'earlier', hidden: true, onclick: onLoadEarlier },
       'Load earlier messages');
@@ -133,6 +133,17 @@ export class Conversation {
     }
   }
 
+  // The words of the newest prompt that ran (not a queued one), for Retry; null without one.
+  lastPrompt() {
+    const prompts = [...this.messages.values()].filter(({ message }) => message.role === 'user'
+      && !message.data?.queued && !message.reverted);
+    const last = prompts.at(-1)?.message;
+    if (!last) return null;
+    const text = [...this.parts.values()].filter((view) => view.part.messageid === last.id && view.kind === 'text')
+      .map((view) => view.text).join('');
+    return text.trim() ? text : null;
+  }
+
   removeMessage(messageid) {
     const entry = this.messages.get(messageid);
     if (!entry) return;
@@ -145,11 +156,19 @@ export class Conversation {
   refresh(messages) {
     for (const message of messages) {
       const entry = this.messages.get(message.id);
-      if (!entry || message.role !== 'assistant') continue;
+      if (!entry) continue;
+      // Why a run stopped is known whole once it is stored (the live event has only the words).
+      const ended = message.data?.errorkind !== entry.message.data?.errorkind;
+      if (message.role !== 'assistant') {
+        if (!ended) continue;
+        entry.message.data = message.data;
+        this.repaintMessage(entry);
+        continue;
+      }
       const summary = !!message.data?.compaction !== !!entry.message.data?.compaction;
       entry.message.data = message.data;
       entry.message.model = message.model;
-      if (summary) { // known only once the answer is stored whole
+      if (summary || ended) { // known only once the answer is stored whole
         this.repaintMessage(entry);
         continue;
       }
@@ -346,7 +365,7 @@ export class Conversation {
         'Summary of the conversation so far') : null,
       message.reverted ? h('div', { className: 'undone-note', title: 'Taken back by an undo: Redo puts it back, a new prompt removes it' }, 'undone') : null,
       partsElement,
-      endedNote(data),
+      endedNote(data, this.actions),
       files?.length ? renderAttachments(files) : null,
       h('div', { className: 'msg-foot' }, message.role === 'assistant' ? messageUsage(message) : null, this.messageActions(message)),
     ].filter(Boolean));
@@ -580,14 +599,48 @@ function renderAttachments(files) {
 }
 
 // Where a run stopped, on its last message: aborted, or the error that ended it.
-function endedNote(data) {
+// A failed run says, in words, what to do about its kind of error (data.errorkind: a provider
+// error's kind, or steps, disk, internal), with the buttons for it: Retry sends the last prompt
+// again, Providers opens the provider settings.
+const PROVIDER_FIX = 'Check the provider in Providers (its key, its account, its address), or choose another model.';
+const SERVER_FIX = 'Check that the model server is running and reachable from this computer, then retry.';
+const ERROR_ADVICE = {
+  auth: ['Open Providers and enter a valid API key for this provider, then retry.', ['providers', 'retry']],
+  billing: ['Add credit or quota to the provider account, or choose another model, then retry.', ['providers', 'retry']],
+  forbidden: [PROVIDER_FIX, ['providers', 'retry']],
+  model_not_found: ['Choose a model that the provider has (Providers lists them), then retry.', ['providers', 'retry']],
+  not_found: ['The provider\'s address looks wrong: correct it in Providers, then retry.', ['providers', 'retry']],
+  redirect: ['Correct the provider\'s address in Providers, then retry.', ['providers', 'retry']],
+  invalid_request: [PROVIDER_FIX, ['providers', 'retry']],
+  tools_unsupported: ['Choose a model that supports tool calls, then retry.', ['providers', 'retry']],
+  unsupported: [PROVIDER_FIX, ['providers', 'retry']],
+  connection: [SERVER_FIX, ['retry', 'providers']],
+  timeout: [SERVER_FIX, ['retry', 'providers']],
+  server: [SERVER_FIX, ['retry', 'providers']],
+  overloaded: ['The model server is busy or still loading the model: wait a moment, then retry.', ['retry']],
+  rate_limit: ['The provider\'s rate limit was reached: wait a minute, then retry.', ['retry']],
+  request_too_large: ['Wait a minute, or start a new session with a shorter prompt.', ['retry']],
+  context_length: ['The conversation no longer fits the model: start a new session, or choose a model with a larger context window.', ['providers']],
+  tool_use_failed: ['The model wrote a malformed tool call: retry, or choose another model.', ['retry', 'providers']],
+  invalid_response: ['The provider answered something Totem could not read: retry, or choose another model.', ['retry', 'providers']],
+  steps: ['Send a prompt to go on from here.', []],
+  disk: ['Free some space on the disk, then retry.', ['retry']],
+  internal: ['The server log says what went wrong; retry once it is fixed.', ['retry']],
+};
+const FIX_BUTTONS = { retry: ['Retry', 'onRetry'], providers: ['Open Providers', 'onProviders'] };
+
+function endedNote(data, actions = {}) {
   if (data.ended === 'aborted') {
     return h('div', { className: 'ended-note aborted', title: 'The run was stopped here; what came before is kept' },
       'Stopped here: the run was aborted');
   }
-  if (data.ended === 'error') {
-    return h('div', { className: 'ended-note error', role: 'note' },
-      `The run stopped here with an error${data.error ? `: ${data.error}` : ''}`);
-  }
-  return null;
+  if (data.ended !== 'error') return null;
+  const [advice, fixes] = ERROR_ADVICE[data.errorkind] ?? ['Retry, or look at the server log if it happens again.', ['retry']];
+  const buttons = fixes.filter((fix) => actions[FIX_BUTTONS[fix][1]]).map((fix) => h('button', {
+    type: 'button', className: `small fix-${fix}`, onclick: () => actions[FIX_BUTTONS[fix][1]](),
+  }, FIX_BUTTONS[fix][0]));
+  return h('div', { className: 'ended-note error', role: 'note', dataset: { kind: data.errorkind ?? '' } },
+    h('div', { className: 'ended-why' }, `The run stopped here with an error${data.error ? `: ${data.error}` : ''}`),
+    h('div', { className: 'ended-advice' }, advice),
+    buttons.length ? h('div', { className: 'ended-fixes' }, ...buttons) : null);
 }

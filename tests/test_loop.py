@@ -9,7 +9,7 @@ import os
 import time
 
 from tests.model_server import HttpError, ScriptedModel, Stall, reply, text_chunks
-from tests.utils import MS, TotemCase, call, next_event, open_ws, request
+from tests.utils import MS, TotemCase, call, next_event, open_ws, request, run_ended
 from totem.tools import Registry, Tool, ToolResult, default_registry
 
 KEY = "sk-test-NEVER-LEAK-0123456789abcdef"
@@ -363,3 +363,6 @@ class LoopTest(LoopCase):
         await self.prompt()
         events = await self.events_until("error")
         self.assertIn("step limit", events[-2]["data"]["message"])
+        await run_ended(self.app, self.session["id"])
+        messages = (await call(self.app, "sessions_messages", ident=self.session["id"])).json()["messages"]
+        self.assertEqual((messages[-1]["data"]["ended"], messages[-1]["data"]["errorkind"]), ("error", "steps"))

@@ -25,6 +25,7 @@ class RunMarksTest(LoopCase):
         last = stored[-1]["data"]
         self.assertEqual(last["ended"], "error")
         self.assertIn("the model is not there", last["error"])
+        self.assertEqual(last["errorkind"], "model_not_found")  # what the screen offers to do follows it
         self.model.script(reply("fine now"))
         await self.prompt("second")
         await self.events_until("idle")
@@ -44,6 +45,7 @@ class RunMarksTest(LoopCase):
         stored = await self.messages()
         self.assertEqual(stored[-1]["data"]["ended"], "aborted")
         self.assertNotIn("error", stored[-1]["data"])
+        self.assertNotIn("errorkind", stored[-1]["data"])
         self.assertNotIn("ended", stored[1]["data"])
 
     async def test_a_run_refused_at_its_first_request_marks_that_answer(self):
@@ -54,6 +56,7 @@ class RunMarksTest(LoopCase):
         stored = await self.messages()
         self.assertEqual([m["role"] for m in stored], ["user", "assistant"])  # the answer that failed
         self.assertEqual(stored[-1]["data"]["ended"], "error")
+        self.assertEqual(stored[-1]["data"]["errorkind"], "auth")
 
 
 class StatusAfterPromptTest(LoopCase):

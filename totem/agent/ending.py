@@ -32,7 +32,9 @@ class RunEnding:
                 log_end_failure(exc, f"a part of session {sessionid} was not closed")
         if status in ("aborted", "error") and run.messageid:
             # Where it stopped, and why, stay with the conversation (not only until the next run).
-            mark = {"ended": status} | ({"error": run.error} if status == "error" and run.error else {})
+            mark: dict[str, str] = {"ended": status}
+            if status == "error" and run.error:
+                mark |= {"error": run.error} | ({"errorkind": run.error_kind} if run.error_kind else {})
             try:
                 await self.store.mark_run_end(sessionid, run.messageid, mark)
             except Exception as exc:  # the mark must not keep the run from ending

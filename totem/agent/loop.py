@@ -23,7 +23,7 @@ from totem.agent.gate import Asker
 from totem.agent.provider_errors import ProviderError
 from totem.agent.providers import redact
 from totem.agent.queued import PromptQueue
-from totem.agent.run import Run, RunRefused, RunRequest
+from totem.agent.run import ERROR_DISK, ERROR_INTERNAL, ERROR_STEPS, Run, RunRefused, RunRequest
 from totem.agent.steps import BACKOFF_FIRST_S, StepLimitReached, Steps
 from totem.agent.subagents import SubAgents
 from totem.agent.turns import Prompt
@@ -181,9 +181,10 @@ class Runs:
         await self.store.set_session_status(sessionid, status, error)
         self.hub.publish(SessionStatus(sessionid, status))
 
-    def _fail(self, run: Run, message: str) -> None:
-        """The run ends with an error: announced now, kept on the session for a later reader."""
-        run.error = message
+    def _fail(self, run: Run, message: str, kind: str) -> None:
+        """The run ends with an error: announced now, kept on the session for a later reader,
+        with its kind (which says what the person can do about it)."""
+        run.error, run.error_kind = message, kind
         self.hub.publish(RunError(run.request.sessionid, message, False))
 
     async def _run(self, run: Run) -> None:
@@ -194,18 +195,18 @@ class Runs:
         except asyncio.CancelledError:
             status = "aborted"
         except StepLimitReached as exc:
-            self._fail(run, str(exc))
+            self._fail(run, str(exc), ERROR_STEPS)
             status = "error"
         except ProviderError as exc:
-            self._fail(run, redact(exc.message, run.key))
+            self._fail(run, redact(exc.message, run.key), exc.kind)
             status = "error"
         except Exception as exc:
             if out_of_space(exc):  # a state, not a crash: the store logged it once
-                self._fail(run, f"The run stopped: {full_reason(exc, self.store)}.")
+                self._fail(run, f"The run stopped: {full_reason(exc, self.store)}.", ERROR_DISK)
                 status = "error"
                 return
             log.exception("run of session %s failed", sessionid)
-            self._fail(run, "Totem failed while running this prompt; see the server log.")
+            self._fail(run, "Totem failed while running this prompt; see the server log.", ERROR_INTERNAL)
             status = "error"
         finally:
             try:

@@ -10,7 +10,7 @@ from typing import Any
 
 from totem.agent.context import ContextFull, fit_window, history_messages, new_marker, system_message
 from totem.agent.hooks import StepHook
-from totem.agent.provider_errors import ProviderError
+from totem.agent.provider_errors import KIND_CONTEXT_LENGTH, ProviderError
 from totem.agent.run import Run
 from totem.store import Store
 from totem.tools import Registry
@@ -40,12 +40,13 @@ class Requests:
             # Pruning was not enough: a hook (compaction) makes room once, and the request is
             # built again from what it left; still too big ends the run, never a loop.
             if not await self._made_room(run, target, messages, window):
-                raise ProviderError(str(exc), retry=False) from None
+                raise ProviderError(str(exc), kind=KIND_CONTEXT_LENGTH, retry=False) from None
             try:
                 body, run.pruned = await asyncio.to_thread(fitted_body, run, target, await self.messages(run),
                                                            tools, window, True)
             except ContextFull as exc:
-                raise ProviderError(f"{exc} (after compacting the conversation)", retry=False) from None
+                raise ProviderError(f"{exc} (after compacting the conversation)", kind=KIND_CONTEXT_LENGTH,
+                                    retry=False) from None
         return body
 
     async def _made_room(self, run: Run, target: Any, messages: list[dict[str, Any]], window: int) -> bool:

@@ -17,6 +17,10 @@ if TYPE_CHECKING:
     from totem.tools import Registry
 
 
+# The failures of a run that are not a provider's: the step limit, a full disk, a fault of Totem.
+ERROR_STEPS, ERROR_DISK, ERROR_INTERNAL = "steps", "disk", "internal"
+
+
 class RunRefused(Exception):
     """A prompt that cannot start (the session is already running)."""
 
@@ -62,6 +66,8 @@ class Run:
     task: asyncio.Task[None] | None = None
     key: str | None = None  # the provider key, kept out of every message this run publishes
     error: str | None = None  # why the run failed, when it did
+    # What kind of failure: a provider error's kind (provider_errors.KIND_*), or one of ERROR_KINDS.
+    error_kind: str | None = None
     pruned: int = 0  # old tool outputs left out of the last request to fit the window
     # Prompts sent while this run goes on, each run after it in turn: (message id, prompt, limits).
     queue: list[tuple[str, Prompt, dict[str, Any]]] = field(default_factory=list)
