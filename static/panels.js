@@ -154,7 +154,7 @@ export class GitPanel {
       h('ul', { className: 'leftover-list' }, items.map((item) => h('li', { dataset: { path: item.path } },
         h('div', { className: 'leftover-text' },
           h('strong', { className: 'wt-branch' }, item.branch || '(no branch)'),
-          h('code', { className: 'muted leftover-path', title: item.path }, h('bdi', null, item.path))),
+          h('code', { className: 'muted leftover-path', title: item.path }, pathText(item.path))),
         h('button', { type: 'button', className: 'small danger', title: 'Delete this worktree and its branch',
           onclick: () => this.discardLeftover(item) }, 'Discard')))));
   }
@@ -274,7 +274,14 @@ function changeList(files, onOpen, extra = '') {
     ...(onOpen ? pressable(() => onOpen(file.path)) : {}),
   },
   h('span', { className: `git-status ${file.status}${file.staged ? ' staged' : ''}` }, GIT_LETTERS[file.status] || '?'),
-  h('span', { className: 'path' }, file.path))));
+  h('span', { className: 'path' }, pathText(file.path)))));
+}
+
+// A path in a box that is cut at its start (direction: rtl, so the end stays in view), laid out
+// left to right inside it: else the bidi rules move its leading and trailing punctuation
+// (`.totem/` read as `/totem.`).
+function pathText(path) {
+  return h('bdi', { dir: 'ltr' }, path);
 }
 
 // What the server said, as sentences without the names of the fields (the panel says what was asked).
@@ -359,7 +366,7 @@ export class ChangesPanel {
       dataset: { path: file.path, status: file.status }, ...pressable(() => this.toggle(file.path)),
     },
     h('span', { className: `diff-status ${file.status}` }, statusLetter(file.status)),
-    h('span', { className: 'path' }, file.path),
+    h('span', { className: 'path' }, pathText(file.path)),
     counts(file))));
     if (!this.files.length) {
       this.list.append(h('li', { className: 'empty' }, this.sessionid ? 'No file changed in this session' : 'No session'));
