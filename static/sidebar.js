@@ -20,6 +20,13 @@ export function renderProjects(projects, current, { onSelect, onForget }) {
 // works in a git worktree has a branch mark. A sub-agent's session (`parent`: the session that
 // handed it a task) is shown under its parent, indented and marked; one whose parent is not in
 // the list keeps its place, still marked. The list itself (its order, its pages) is unchanged.
+// A fork says it is one, and of which session while that one is listed: its name, which ends
+// in "(fork)", is often cut before that.
+function forkMark(original) {
+  const title = original ? `A fork of “${original.name}”: its messages up to the fork, then its own` : 'A fork of another session';
+  return h('span', { className: 'fork-mark', role: 'img', title, 'aria-label': title }, '⑂');
+}
+
 export function renderSessions(sessions, current, questions, { onSelect, onRename, onRemove, more, onMore, schedules = [] }) {
   const byIdMap = new Map(sessions.map((session) => [session.id, session]));
   byId('sessions').replaceChildren(...nested(sessions, byIdMap).map(({ session, depth }) => {
@@ -37,6 +44,7 @@ export function renderSessions(sessions, current, questions, { onSelect, onRenam
     session.parent ? h('span', { className: 'subagent-label',
       title: parent ? `A sub-agent: it works on a task that “${parent.name}” handed it` : 'A sub-agent: it works on a task that another session handed it' },
     'sub-agent') : null,
+    session.forkof ? forkMark(byIdMap.get(session.forkof)) : null,
     session.schedule ? scheduledMark(schedules.find((s) => s.id === session.schedule)) : null,
     session.worktree ? h('span', { className: 'worktree-mark', role: 'img', title: 'Works in a git worktree of its own',
       'aria-label': 'in a worktree' }, '⎇') : null,

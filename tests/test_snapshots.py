@@ -384,6 +384,7 @@ class ForkTest(SnapshotCase):
         self.assertEqual(fork["name"], f"{name} (fork)")
         self.assertNotEqual(fork["id"], self.session["id"])
         self.assertEqual((fork["redo"], fork["waiting"], fork["status"]), (False, 0, "idle"))
+        self.assertEqual((fork["forkof"], (await self.read_session())["forkof"]), (self.session["id"], None))
         copied = await self.messages(fork["id"])
         self.assertEqual([(m["role"], m["parts"][0]["text"]) for m in copied],
                          [("user", "with a file"), ("assistant", "first answer")])

@@ -34,6 +34,7 @@ class SessionRow(TypedDict):
     parent: str | None  # the session whose run handed it its work (a sub-agent's)
     restoring: str | None  # JSON journal of an undo, redo or Save as in progress
     marker: str | None  # of the data envelopes of its runs, chosen at the first (agent/context.py)
+    forkof: str | None  # the session it was forked from (Sessions|fork)
 
 
 class PartRow(TypedDict):

@@ -2,6 +2,7 @@
 message, and Save as on a code block; against the real server and the scripted model."""
 
 import os
+import re
 import subprocess
 import time
 
@@ -196,6 +197,9 @@ def test_undo_and_redo_from_a_message(live, page):
     first.get_by_role("button", name="Fork").click()
     expect(page.locator("#session-title")).to_have_text("Undoing (fork)")
     expect(page.locator("#sessions li.active")).to_contain_text("Undoing (fork)")
+    # The fork is marked as one, naming its original, which is not marked.
+    expect(page.locator("#sessions li.active .fork-mark")).to_have_attribute("title", re.compile("A fork of “Undoing”"))
+    expect(page.locator("#sessions li:not(.active) .fork-mark")).to_have_count(0)
     expect(page.locator(".msg.user .parts")).to_have_text(["Rewrite a.txt"])
 
 
@@ -257,3 +261,23 @@ def test_patch_lines_and_preview_entries(live, page):
     assert "<b>" not in shown["html"] and "&lt;b&gt;old&lt;/b&gt; not found" in shown["html"]
     assert 'class="diff-error"' in shown["html"]
     assert "a protected secret file" in shown["text"] and "+0" not in shown["text"]
+
+
+def test_a_fork_of_a_long_name_is_marked_in_view(live, page):
+    """A name long enough to be cut hides its "(fork)": the mark of a fork stays in view."""
+    long_name = "Refactor the session list so that every control fits in the narrow sidebar"
+    project = live.project("forks", {"a.txt": "x\n"})
+    session = live.session(project, long_name)
+    live.model.script(reply("Done."))
+    live.prompt(session, "Start")
+    live.wait_run_end(session)
+    fork = live.api("sessions_fork", {}, ident=session["id"])
+    open_session(page, project, fork)
+    item = page.locator(f"#sessions li[data-id='{fork['id']}']")
+    mark = item.locator(".fork-mark")
+    expect(mark).to_be_visible()
+    box, row = mark.bounding_box(), item.bounding_box()
+    assert row["x"] <= box["x"] and box["x"] + box["width"] <= row["x"] + row["width"], (box, row)
+    name = item.locator(".name")
+    assert name.evaluate("(element) => element.scrollWidth > element.clientWidth"), "the name is not cut"
+    expect(page.locator(f"#sessions li[data-id='{session['id']}'] .fork-mark")).to_have_count(0)

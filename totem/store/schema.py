@@ -250,6 +250,11 @@ MIGRATIONS = (
     """
     ALTER TABLE sessions ADD COLUMN marker TEXT;
     """,
+    # 14: the session a fork was made from (kept as an id when that one is removed: the fork
+    # still says it is one), so that the list tells a fork from its original.
+    """
+    ALTER TABLE sessions ADD COLUMN forkof TEXT;
+    """,
 )
 
 STOPPED_DURING_RUN = "Totem stopped during this run (killed or crashed); the run did not finish"

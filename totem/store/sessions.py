@@ -140,10 +140,10 @@ class SessionRows(Engine):
                 return None
             stamp = now_ms()
             # The marker too: the copied results read as they did, and a fork of a fork still does.
-            c.execute("INSERT INTO sessions (id, projectid, name, mode, autoaccept, model, marker, created, updated)"
-                      " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            c.execute("INSERT INTO sessions (id, projectid, name, mode, autoaccept, model, marker, forkof, created,"
+                      " updated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                       (newid, source["projectid"], name, source["mode"], source["autoaccept"], source["model"],
-                       source["marker"], stamp, stamp))
+                       source["marker"], sessionid, stamp, stamp))
             messages = records_of(c.execute(
                 "SELECT * FROM messages WHERE sessionid = ? AND reverted = 0 AND id <= ? ORDER BY id",
                 (sessionid, upto or "\uffff")))
@@ -197,7 +197,7 @@ def session_view(row: SessionRow) -> dict[str, Any]:
             "mode": row["mode"], "autoaccept": bool(row["autoaccept"]), "model": row["model"],
             "worktree": row["worktree"], "created": row["created"], "updated": row["updated"],
             "error": row["error"], "redo": bool(row["redo"]), "schedule": row["schedule"],
-            "parent": row["parent"]}
+            "parent": row["parent"], "forkof": row["forkof"]}
 
 
 def _renamed_attachments(data: str, renamed: dict[str, str]) -> str:

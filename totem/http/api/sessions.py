@@ -59,8 +59,9 @@ SESSION = record({
     "id": STRING, "projectid": STRING, "name": STRING, "status": STRING, "mode": choice(MODES),
     "autoaccept": BOOLEAN, "model": maybe(STRING), "worktree": maybe(STRING), "created": TIME_MS,
     "updated": TIME_MS, "error": maybe(STRING), "redo": BOOLEAN, "schedule": maybe(STRING),
-    "parent": maybe(STRING), "waiting": INTEGER,
-}, description="a session; status running, idle, aborted or error; waiting: the questions that wait for the person")
+    "parent": maybe(STRING), "forkof": maybe(STRING), "waiting": INTEGER,
+}, description="a session; status running, idle, aborted or error; parent: the session that handed it a task (a "
+               "sub-agent's); forkof: the session it was forked from; waiting: the questions that wait for the person")
 PART = record({"id": STRING, "messageid": STRING, "sessionid": STRING, "kind": STRING, "status": STRING,
                "text": STRING, "data": {"type": "object"}, "created": TIME_MS, "updated": TIME_MS,
                "closed": maybe(TIME_MS)})
