@@ -49,7 +49,7 @@ const conversation = new Conversation(byId('conversation'), {
   onUnqueue: unqueue, onRetry: retry, onProviders: () => providers.show(), jump: byId('jump-latest'), sessionHref,
 });
 const changes = new ChangesPanel();
-const jobs = new JobsPanel();
+const jobs = new JobsPanel({ onJobs: (list) => conversation.setJobs(list) });
 const servers = new ServersPanel();
 const questions = new Questions(byId('questions'), {
   onChange: () => { paintSessions(); paintTitle(); }, drawerOver, announcer: byId('questions-live'),

@@ -61,6 +61,7 @@ export class Conversation {
   }
 
   reset() {
+    this.jobStates = new Map(); // job id -> the job as the Jobs panel last read it
     this.messages = new Map(); // id -> {message, element, partsElement}
     this.parts = new Map(); // id -> view (see renderPart)
     this.pending = new Set();
@@ -404,11 +405,19 @@ export class Conversation {
         title: 'A new session with the conversation up to this message', onclick: () => onFork(message.id) }, 'Fork') : null);
   }
 
+  // The background jobs of the session as last read: each call that started one says how it is.
+  setJobs(jobs) {
+    this.jobStates = new Map(jobs.map((job) => [job.id, job]));
+    for (const view of this.parts.values()) if (view.jobNote) paintJobNote(view, this.jobStates);
+  }
+
   renderPart(part, role) {
     const view = { part, role, kind: part.kind, text: part.text || '', painted: 0 };
     if (part.kind === 'tool' && part.data?.tool === 'mcp-start') renderServerStart(view);
-    else if (part.kind === 'tool') renderTool(view, this.actions);
-    else if (part.kind === 'knowledge') renderKnowledge(view);
+    else if (part.kind === 'tool') {
+      renderTool(view, this.actions);
+      if (view.jobNote) paintJobNote(view, this.jobStates);
+    } else if (part.kind === 'knowledge') renderKnowledge(view);
     else if (part.kind === 'validation') renderValidation(view);
     else if (part.kind === 'reasoning') {
       view.summary = h('summary', null, part.closed ? 'Reasoning' : 'Thinking…');
@@ -484,9 +493,25 @@ function renderTool(view, { onOpenChange, sessionHref } = {}) {
       data.decision ? h('div', { className: 'decision' }, decisionText(data.decision)) : null));
   const note = (status === 'denied' || status === 'error') && data.error
     ? h('div', { className: 'tool-note' }, data.error) : null;
-  view.element = h('div', { className: `part tool status-${status}` }, view.details, note,
+  // A bash call that started a job is done at once; the job goes on, and says so here.
+  const job = data.result?.background && typeof data.result.job === 'string' ? data.result.job : null;
+  view.jobNote = job ? h('div', { className: 'tool-job', dataset: { job } }) : null;
+  view.element = h('div', { className: `part tool status-${status}` }, view.details, note, view.jobNote,
     changedFiles(data.changed, onOpenChange),
     data.tool === 'task' ? subAgentLink(data.sessionid, sessionHref) : null);
+}
+
+const JOB_WORDS = {
+  running: 'Job running in the background: it keeps running until it ends or you stop it (Jobs)',
+  done: 'Background job ended', failed: 'Background job failed', timedout: 'Background job stopped at its time limit',
+  stopped: 'Background job stopped',
+};
+
+function paintJobNote(view, jobStates) {
+  const job = jobStates.get(view.jobNote.dataset.job);
+  view.jobNote.dataset.status = job?.status ?? '';
+  const exit = job?.status === 'failed' && job.exit_code !== null && job.exit_code !== undefined ? ` (exit ${job.exit_code})` : '';
+  view.jobNote.textContent = job ? `${JOB_WORDS[job.status] ?? job.status}${exit}` : 'Started as a background job (see Jobs)';
 }
 
 // A task's sub-agent works in a session of its own (known once it starts): a link opens it.

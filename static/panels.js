@@ -466,7 +466,9 @@ const JOBS_POLL_MS = 1500;
 const JOB_TAIL_CHARS = 2000;
 
 export class JobsPanel {
-  constructor() {
+  // onJobs(jobs): the jobs as last read, so that the calls that started them say how they are.
+  constructor({ onJobs } = {}) {
+    this.onJobs = onJobs ?? (() => {});
     this.list = byId('jobs');
     this.sessionid = null;
     this.jobs = [];
@@ -531,6 +533,7 @@ export class JobsPanel {
       return item;
     }));
     if (!this.jobs.length) this.list.append(h('li', { className: 'empty' }, 'No background jobs'));
+    this.onJobs(this.jobs);
   }
 
   async stop(job, button) {

@@ -231,18 +231,21 @@ export class Questions {
       description ? h('p', { className: 'ask-description' }, reveal(description)) : null,
       data.reason ? h('p', { className: 'ask-reason' }, reveal(data.reason)) : null,
       bash && data.folder ? h('div', { className: 'ask-folder' }, 'in ', h('code', null, data.folder)) : null,
+      bash && data.input?.background === true ? h('p', { className: 'ask-background' },
+        'It runs as a background job: it keeps running after this answer, until it ends or you stop it (Jobs).') : null,
       inputView(data),
-      h('div', { className: 'label' }, start ? 'Always allow this exact definition (any change to it asks again):'
-        : commands.length > 1 ? 'Always allow, for each command:' : 'Always allow this pattern:'),
-      groups.map((choices) => choices.element),
+      // Nothing "always" could store (the server says once_only): no pattern to choose, no Always.
+      data.once_only ? h('p', { className: 'ask-once muted' }, 'Answer once or reject: no rule can be stored for this.')
+        : [h('div', { className: 'label' }, alwaysLabel(start, commands)), groups.map((choices) => choices.element)],
       h('div', { className: 'actions' },
         h('button', { type: 'button', className: 'primary', dataset: { reply: 'once' }, 'aria-keyshortcuts': 'Enter Y',
           onclick: () => once() }, 'Allow once', key('Enter/Y')),
         // No key: a rule that outlives this question is stored only by this button and its confirmation.
-        h('button', { type: 'button', dataset: { reply: 'always' }, onclick: () => always() }, 'Always allow…'),
+        data.once_only ? null : h('button', { type: 'button', dataset: { reply: 'always' }, onclick: () => always() }, 'Always allow…'),
         h('button', { type: 'button', className: 'danger', dataset: { reply: 'reject' }, 'aria-keyshortcuts': 'N Escape',
           onclick: () => reject() }, 'Reject', key('N/Esc'))),
-      keysHint('Y or Enter allows once, N or Escape rejects; Always allow has no key'),
+      keysHint(data.once_only ? 'Y or Enter allows once, N or Escape rejects'
+        : 'Y or Enter allows once, N or Escape rejects; Always allow has no key'),
       whyElement(data.id));
     const once = () => this.answer(card, 'permissions_reply', data.id, { reply: 'once' });
     const reject = () => this.answer(card, 'permissions_reply', data.id, { reply: 'reject' });
@@ -417,6 +420,14 @@ function variableItem(variable) {
 
 // A file tool's call shows what it would change (write, edit, patch: the preview), its raw
 // input a click away; a server's start its definition; an MCP tool's call its arguments; any
+// The words above the patterns "always" may store: one per command that asks, or one to write
+// when none is suggested.
+function alwaysLabel(start, commands) {
+  if (start) return 'Always allow this exact definition (any change to it asks again):';
+  if (commands.length > 1) return 'Always allow, for each command:';
+  return commands[0]?.patterns?.length ? 'Always allow this pattern:' : 'Always allow, with a pattern you write:';
+}
+
 // other call shows its input.
 function inputView(data) {
   return [reachView(data), callView(data)];
@@ -426,17 +437,16 @@ function inputView(data) {
 function reachView(data) {
   const reach = data.reach && typeof data.reach === 'object' ? data.reach : null;
   if (!reach || !('confined' in reach)) return null;
-  const once = data.once_only ? h('div', { className: 'muted' }, 'Answer once or reject: this is never stored as a rule.') : null;
   if (!reach.confined) {
     return h('div', { className: 'ask-reach', dataset: { confined: 'false' } },
-      h('strong', null, 'Not confined'), ` (${reveal(String(reach.why ?? ''))}): it can do all you can.`, once);
+      h('strong', null, 'Not confined'), ` (${reveal(String(reach.why ?? ''))}): it can do all you can.`);
   }
   const writes = (Array.isArray(reach.writes) ? reach.writes : []).map((folder) => h('code', null, reveal(String(folder))));
   const missing = reach.missing && typeof reach.missing === 'object' ? Object.keys(reach.missing) : [];
   return h('div', { className: 'ask-reach', dataset: { confined: 'true' } },
     'Sandboxed: writes only ', writes.flatMap((code, index) => (index ? [', ', code] : [code])),
     `; network ${reach.network ? 'on (never Totem\'s own port)' : 'off'}`,
-    missing.length ? h('span', { className: 'ask-reach-missing' }, `; not held here: ${missing.join(', ')}`) : null, once);
+    missing.length ? h('span', { className: 'ask-reach-missing' }, `; not held here: ${missing.join(', ')}`) : null);
 }
 
 function callView(data) {

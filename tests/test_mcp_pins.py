@@ -419,7 +419,7 @@ class PinnedServerTest(McpClientCase):
 
     async def test_an_auto_accepted_edit_of_a_pinned_file_asks_and_says_why(self):
         """Under auto-accept and an allow rule, an edit of srv.sh asks (the reason names the server,
-        no pattern is offered, "always" stores nothing), while an edit of another file goes through
+        no pattern is offered, "always" is refused), while an edit of another file goes through
         unasked; the approved edit then makes the next start ask again."""
         await self.approve_always()
         await call(self.app, "permissions_save", {"projectid": self.project["id"], "tool": "edit",
@@ -433,7 +433,10 @@ class PinnedServerTest(McpClientCase):
         self.assertEqual(ask["input"]["path"], "srv.sh")
         self.assertEqual(ask["reason"], pinned_reason("srv.sh", "notes"))
         self.assertEqual(ask["patterns"], [])
-        await self.reply(ask, "always", patterns=["srv.sh"])
+        self.assertTrue(ask["once_only"])  # nothing "always" could store: it is refused, the question waits
+        refused = await call(self.app, "permissions_reply", {"reply": "always", "patterns": ["srv.sh"]}, ident=ask["id"])
+        self.assertEqual(refused.status, 400, refused.body)
+        await self.reply(ask, "once")
         await self.idle()
         self.assertEqual(self.read("notes.txt"), "two\n")
         self.assertIn("# x", self.read("srv.sh"))

@@ -525,10 +525,21 @@ class QuestionTest(QuestionCase):
         self.assertEqual(reach["writes"][0], os.path.realpath(self.project["path"]))
         self.assertIs(reach["network"], True)
         self.assertEqual(reach["missing"], {})
-        self.assertFalse(ask["once_only"])
+        self.assertTrue(ask["once_only"])  # a redirection makes the line opaque: no rule can allow it
         await call(self.app, "permissions_reply", {"reply": "once"}, ident=ask["id"])
         part = await self.tool_part()
         self.assertEqual(part["data"]["reach"], reach)
+
+    async def test_a_command_a_rule_can_allow_may_be_answered_always(self):
+        """A confined command that a rule can match offers "always", with its patterns."""
+        self.model.script(reply(tool_calls=[("bash", {"command": "touch out.txt"})]), reply("ok"))
+        await self.prompt()
+        ask = await self.until("permission.ask")
+        self.assertTrue(ask["reach"]["confined"])
+        self.assertFalse(ask["once_only"])
+        self.assertTrue(ask["commands"][0]["patterns"], ask)
+        await call(self.app, "permissions_reply", {"reply": "once"}, ident=ask["id"])
+        await self.tool_part()
 
     async def test_a_refusal_is_named_in_the_tool_result(self):
         """The model reads which write the sandbox refused, and that it may ask to run outside."""

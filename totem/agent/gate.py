@@ -172,13 +172,16 @@ class PermissionGate:
         commands = [] if always_ask or decision.subject in call.pinned else asked(decision, call)
         if outside_sandbox:
             commands = [{**item, "patterns": []} for item in commands]
+        # Nothing "always" could store (an opaque command line, a pinned file, a guard that asks
+        # every time, a command outside the sandbox): the person answers once or rejects.
+        once_only = outside_sandbox or not commands
         if before_ask is not None:
             await before_ask()
         shown = await preview() if preview is not None else []
         reply, chosen = await self.questions.permission(
             asker.asked_in, tool, args | ({"note": always_ask} if always_ask else {}),
             list(dict.fromkeys(p for item in commands for p in item["patterns"])), commands=commands,
-            reason=record["reason"], folder=asker.root, preview=shown, reach=reach or {}, once_only=outside_sandbox)
+            reason=record["reason"], folder=asker.root, preview=shown, reach=reach or {}, once_only=once_only)
         record.update({"action": "deny" if reply == "reject" else "allow", "by": "person", "reply": reply,
                        "answered": now_ms()})
         if reply == "always" and not unruled:
