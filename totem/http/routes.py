@@ -11,7 +11,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 from totem.errors import Forbidden, MethodNotAllowed, NotFound
-from totem.http.api import account, build_table, call_action
+from totem.http.api import account, build_table, call_action, projects
 from totem.http.api.attachments import attachment_response
 from totem.http.httpd import SECURITY_HEADERS, Response, static_response
 
@@ -29,6 +29,9 @@ PAGE_METHODS = ("GET", "HEAD")
 # The modules of totem/api whose ACTIONS make the table, in the order of the protocol text.
 API_MODULES = ("account", "projects", "mcpservers", "folders", "sessions", "terminal", "schedules", "settings",
                "providers", "permissions", "openapi")
+# The actions that answer before the core is built, besides Account|read and the sign-in ones:
+# Projects|list, the page's first request after Account|read (from the App's project_list).
+BEFORE_CORE = frozenset(("projects",))
 
 
 def api_module_names() -> list[str]:
@@ -55,8 +58,10 @@ class Router:
         self.app = app
         self.hub = hub  # events.Hub: what each WebSocket connection subscribes to
         self.static_dir = static_dir
-        # Account|read and the sign-in actions answer before the core is built; the rest wait for it.
-        self.account_actions = build_table(account)
+        # Account|read, the sign-in actions and BEFORE_CORE answer before the core is built; the
+        # rest wait for it.
+        self.early_actions = build_table(account) | {action.name: action for action in projects.ACTIONS
+                                                     if action.name in BEFORE_CORE}
         self._actions: dict | None = None
         self._frames: TextFrames | None = None  # made with the first connection
 
@@ -83,8 +88,8 @@ class Router:
         if path.startswith("/api/"):
             if request.method != "OPTIONS" and path.rstrip("/") not in PUBLIC_ACTIONS:
                 await perimeter.authenticate(request)
-            if action_name(path) in self.account_actions:
-                return await call_action(self.app, self.account_actions, request)
+            if action_name(path) in self.early_actions:
+                return await call_action(self.app, self.early_actions, request)
             await self.app.ready()
             return await call_action(self.app, self.actions, request)
         if path.startswith("/attachments/"):
