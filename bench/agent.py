@@ -29,6 +29,11 @@ Figures:
   different file each time, so the loop guard never asks), then a final text answer; from the
   model's side, the time from the last byte of one answer written to the next request read
   whole (tool run, storage, history and request building, connecting): median and p99;
+- tool round trip: the same over ROUND_TRIP_STEPS `read` calls of those small files (auto-allowed;
+  each file read again at another offset, so that no call repeats one before it), the <= 4 ms
+  target at the median: the time the server takes between a model answer's tool call and the
+  next request to the model (the answer's end stored, the call decided, run and stored, the next
+  request built and sent), with the p90 and the max for information;
 - bash: the same for STEPS + 1 allowed `true` commands, spawn included; the first alone (the
   project's first command also starts its folder watch and takes the capture for Undo, once),
   then the median and p99 of the others. The server runs with `sandbox = off`: what the sandbox
@@ -76,6 +81,8 @@ PACED_INTERVAL_S = 0.002
 RELAY_ADDED_P99_TARGET_MS = 1.0
 STEPS = 20
 STEP_TARGET_MS = 15.0
+ROUND_TRIP_STEPS = 45  # under config.ini's default step limit of 50
+ROUND_TRIP_TARGET_MS = 4.0  # issue: a cheap tool's round trip, at most (the median)
 BASH_TARGET_MS = 20.0  # issue: one allowed bash tool round trip
 FILE_LINES = 20
 PEER_REQUEST_BYTES = 32 * 1024  # what a popular peer sends as its first request
@@ -472,6 +479,18 @@ async def measure_steps(bench: Bench) -> list[tuple]:
         ("step: last request body of that run", len(bench.model.requests[-1].raw_body), "bytes", "", None)]
 
 
+async def measure_round_trip(bench: Bench) -> list[tuple]:
+    """ROUND_TRIP_STEPS `read` calls of small files: the server's time from a tool call to the
+    next model request."""
+    calls = [("read", {"path": f"f{i % STEPS:02d}.txt", "offset": 1 + i // STEPS}) for i in range(ROUND_TRIP_STEPS)]
+    gaps = sorted(await step_gaps(bench, calls, "They say hello."))
+    median = statistics.median(gaps)
+    label = f"tool round trip: a `read` of a small file, median of {len(gaps)} steps"
+    return [(label, median, "ms", f"<= {ROUND_TRIP_TARGET_MS:g}", median <= ROUND_TRIP_TARGET_MS),
+            ("tool round trip: p90", percentile(gaps, 0.90), "ms", "", None),
+            ("tool round trip: max", gaps[-1], "ms", "", None)]
+
+
 async def measure_bash(bench: Bench) -> list[tuple]:
     """STEPS allowed `true` commands: the server's whole bash round trip, spawn included."""
     await api(bench.port, "permissions_save", {"projectid": bench.project["id"], "tool": "bash",
@@ -502,6 +521,7 @@ async def measure(port: int, pid: int, project_dir: str) -> list[tuple]:
             rows.append(("relay: server peak RSS (VmHWM) after it",
                          hwm * 1024 / 1e6 if hwm is not None else "n/a", "MB", "", None))
             rows += await measure_steps(bench)
+            rows += await measure_round_trip(bench)
             rows += await measure_bash(bench)
     if model.errors:
         raise BenchError(f"the scripted model saw bad requests: {model.errors[:3]!r}")

@@ -5,7 +5,9 @@ the real server on a loopback port, every failure path with its exact status and
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import os
+import time
 
 import pytest
 from websockets.exceptions import InvalidStatus
@@ -15,7 +17,7 @@ from tests.utils import MS, TOKEN, call, open_ws, read_answer, request
 from totem.app import STATIC_DIR
 from totem.errors import BadRequest, UnsupportedMediaType
 from totem.http.auth import parse_origin
-from totem.http.httpd import Request, check_json_type
+from totem.http.httpd import Request, check_json_type, http_date
 from totem.http.routes import action_table
 
 # The `+` actions that take a JSON body; the table test below fails when one is missing here.
@@ -39,6 +41,17 @@ WS_HANDSHAKE = ("Upgrade: websocket", "Connection: Upgrade", "Sec-WebSocket-Vers
 
 
 # -- pure tables ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("when", [0, 1, 59, 86_399, 951_782_400, 951_868_799, 1_709_164_800, 1_735_689_599,
+                                  1_735_689_600, 1_700_000_000.75, 4_102_444_799])
+def test_the_date_header_is_the_imf_fixdate(when):
+    """Every answer's Date is RFC 9110's IMF-fixdate, as email.utils writes it: leap days, the
+    ends of years, a fraction of a second; and now, when no time is given."""
+    assert http_date(when) == email.utils.formatdate(when, usegmt=True)
+    before = time.time()
+    now = http_date()
+    assert now in {email.utils.formatdate(moment, usegmt=True) for moment in (before, time.time())}
+
 
 @pytest.mark.parametrize("value, expected", [
     ("http://127.0.0.1:8470", ("http", "127.0.0.1", 8470)),

@@ -26,6 +26,7 @@ from totem.http.routes import Router, api_module_names
 from totem.rows import PartRow
 from totem.security.vault import Vault
 from totem.services.attachments import Attachments
+from totem.services.project_list import ProjectList
 from totem.services.tokens import McpTokens
 from totem.store import Store
 
@@ -72,9 +73,11 @@ class App:
         self._sandboxing: asyncio.Future | None = None
         self.hub = Hub(self)  # the App is the hub's events.Replay (below)
         self.perimeter = Perimeter(config, self.store)
-        # The services the account actions and the attachments need, which answer before the core.
+        # The services the account actions, the attachments and Projects|list need, which answer
+        # before the core.
         self.tokens = McpTokens(self.store, config, mcp_token_digest)
         self.attachments = Attachments(self.store)
+        self.project_list = ProjectList(self.store)
         self.router = Router(self, static_dir, self.hub)
         self.http = HttpServer(self.router.handle, config.headtimeout, config.bodytimeout, config.keepalive,
                                config.writetimeout, config.sendbudgetmb * 1024 * 1024, config.maxconnections)

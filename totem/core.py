@@ -3,8 +3,8 @@ MCP servers, and the services the adapters call, wired together once.
 
 The composition root (`app.py`) loads this module after the server listens, in a worker thread,
 and builds the core with the first request that needs it: start-up pays only for what answers
-the first request (the sign-in actions, Account|read, the pages). Nothing here listens or
-speaks HTTP.
+the first requests (the sign-in actions, Account|read, Projects|list, the pages). Nothing here
+listens or speaks HTTP.
 """
 
 from __future__ import annotations

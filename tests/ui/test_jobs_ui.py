@@ -20,7 +20,7 @@ def in_view(page, locator) -> None:
     """The element is on the screen: inside the viewport, with nothing to scroll sideways for it."""
     box = locator.bounding_box()
     width = page.viewport_size["width"]
-    assert box is not None and 0 <= box["x"] and box["x"] + box["width"] <= width, (box, width)
+    assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= width, (box, width)
 
 
 @pytest.mark.parametrize("width", [1280, 390])

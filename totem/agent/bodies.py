@@ -18,6 +18,11 @@ from typing import Any
 # field: JSON writes it escaped, and it ends up as this escaped text only here).
 _MESSAGES_MARK = "\x00messages\x00"
 _MESSAGES_MARK_JSON = b'"\\u0000messages\\u0000"'
+# The same for the tools array, whose JSON (tens of KB) is kept from one encoding of a body to
+# the next of the same array: a step's body is encoded where it is built (on a worker thread),
+# then again as the kind's streamed request, which adds its fields to the same values.
+_TOOLS_MARK = "\x00tools\x00"
+_TOOLS_MARK_JSON = b'"\\u0000tools\\u0000"'
 
 
 def _json(value: Any) -> bytes:
@@ -28,10 +33,12 @@ class BodyEncoder:
     """Encodes the request bodies of one run, keeping the JSON of each message for the next
     step's request: a run's history repeats its messages at every step, so a step encodes only
     what is new (the same bytes as encoding the whole body). Only the messages of the last
-    request are kept, each with the message itself, so its id stays its own."""
+    request are kept, each with the message itself, so its id stays its own; so is the JSON of
+    the last tools array, with the array itself."""
 
     def __init__(self) -> None:
         self._kept: dict[int, tuple[Any, bytes]] = {}
+        self._tools: tuple[Any, bytes] | None = None  # the tools array of the last body, and its JSON
 
     def encode(self, body: Any) -> bytes:
         return b"".join(self.encode_pieces(body))
@@ -51,10 +58,20 @@ class BodyEncoder:
             kept[id(message)] = entry
             pieces += (b",", entry[1])
         self._kept = kept
-        head = _json({key: (_MESSAGES_MARK if key == "messages" else value) for key, value in body.items()})
+        tools = body.get("tools")
+        if isinstance(tools, list) and (self._tools is None or self._tools[0] is not tools):
+            self._tools = (tools, _json(tools))
+        head = _json({key: (_MESSAGES_MARK if key == "messages" else
+                            _TOOLS_MARK if key == "tools" and isinstance(value, list) else value)
+                      for key, value in body.items()})
         before, mark, after = head.partition(_MESSAGES_MARK_JSON)
         if not mark or _MESSAGES_MARK_JSON in after:  # another field holds the mark's text: no shortcut
             return [_json(body)]
+        if isinstance(tools, list) and self._tools is not None:
+            if (before + after).count(_TOOLS_MARK_JSON) != 1:
+                return [_json(body)]
+            before = before.replace(_TOOLS_MARK_JSON, self._tools[1])
+            after = after.replace(_TOOLS_MARK_JSON, self._tools[1])
         pieces[0] = before + b"["
         if len(pieces) > 1:
             del pieces[1]  # no comma before the first message

@@ -32,15 +32,18 @@ class Requests:
         if prompt.tools is not None:  # an agent's tools: the model is offered only these
             tools = [spec for spec in tools if spec["function"]["name"] in prompt.tools]
         window = target.context or target.kind.default_context
-        messages = await self.messages(run)
-        try:
-            body, run.pruned = await asyncio.to_thread(fitted_body, run, target, messages, tools, window,
-                                                       bool(target.context))
-        except ContextFull as exc:
+        attachments = await self._read(run)
+        # One hand-over to a worker thread for the conversion and the fitting: each costs the
+        # loop a wake-up, and a step makes several more (the store's writes, the tool's run).
+        messages, fitted = await asyncio.to_thread(_converted_and_fitted, run, attachments, target, tools, window,
+                                                   bool(target.context))
+        if not isinstance(fitted, ContextFull):
+            body, run.pruned = fitted
+        else:
             # Pruning was not enough: a hook (compaction) makes room once, and the request is
             # built again from what it left; still too big ends the run, never a loop.
             if not await self._made_room(run, target, messages, window):
-                raise ProviderError(str(exc), kind=KIND_CONTEXT_LENGTH, retry=False) from None
+                raise ProviderError(str(fitted), kind=KIND_CONTEXT_LENGTH, retry=False) from None
             try:
                 body, run.pruned = await asyncio.to_thread(fitted_body, run, target, await self.messages(run),
                                                            tools, window, True)
@@ -58,6 +61,14 @@ class Requests:
     async def messages(self, run: Run) -> list[dict[str, Any]]:
         """The system message and the session's history as chat messages; each step reads only
         the messages stored after the last one it read."""
+        attachments = await self._read(run)
+        # Converting a long history takes a tenth of a second and more: never on the loop.
+        return await asyncio.to_thread(_converted, run, attachments)
+
+    async def _read(self, run: Run) -> dict[str, Any]:
+        """Read what is new for the run's history from the store (the messages stored after the
+        last one read, the marker and the system message at the first step): the content of
+        the attachments of its user messages, by message id, for the conversion."""
         history, request = run.history, run.request
         added, history.last = await self.store.history_after(request.sessionid, history.last)
         history.messages += [message for message in added
@@ -70,10 +81,29 @@ class Requests:
             if request.prompt.instructions:  # the prompt's agent (project_commands.py)
                 history.system = history.system | {"content": history.system["content"]
                                                    + request.prompt.instructions}
-        # Converting a long history takes a tenth of a second and more: never on the loop.
-        converted = await asyncio.to_thread(history_messages, history.messages, attachments, history.marker,
-                                            run.messageid, history.converted)
-        return [history.system, *converted]
+        return attachments
+
+
+def _converted(run: Run, attachments: dict[str, Any]) -> list[dict[str, Any]]:
+    """The system message and the run's history as chat messages (on a worker thread)."""
+    history = run.history
+    assert history.system is not None and history.marker is not None  # set by Requests._read
+    return [history.system, *history_messages(history.messages, attachments, history.marker, run.messageid,
+                                              history.converted)]
+
+
+Fitted = tuple[dict[str, Any], int]  # (body, pruned): what fitted_body returns
+
+
+def _converted_and_fitted(run: Run, attachments: dict[str, Any], target: Any, tools: list[dict[str, Any]],
+                          window: int, known: bool) -> tuple[list[dict[str, Any]], Fitted | ContextFull]:
+    """The messages of `_converted` and what `fitted_body` makes of them, or the ContextFull it
+    raised (the hooks are then handed the messages), in one call on a worker thread."""
+    messages = _converted(run, attachments)
+    try:
+        return messages, fitted_body(run, target, messages, tools, window, known)
+    except ContextFull as exc:
+        return messages, exc
 
 
 def fitted_body(run: Run, target: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]], window: int,

@@ -28,9 +28,10 @@ class SavedRules:
 
     async def candidates(self, projectid: str) -> list[Rule]:
         """The rules a project's calls are decided under, but the defaults: its own, then the
-        global ones (saved, then config.ini's)."""
-        project = [Rule(r["tool"], r["pattern"], r["action"], "project", r["id"]) for r in await self.rows(projectid)]
-        stored = [Rule(r["tool"], r["pattern"], r["action"], "global", r["id"]) for r in await self.rows(None)]
+        global ones (saved, then config.ini's). One read of the store: every tool call asks."""
+        own, saved = await self.store.list_rules_and_global(projectid)
+        project = [Rule(r["tool"], r["pattern"], r["action"], "project", r["id"]) for r in own]
+        stored = [Rule(r["tool"], r["pattern"], r["action"], "global", r["id"]) for r in saved]
         configured = [Rule(tool, pattern, action, "global") for tool, pattern, action in self.configured]
         return project + stored + configured
 

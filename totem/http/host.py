@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from totem.http.auth import Perimeter
     from totem.http.httpd import HttpServer, Request, Response
     from totem.services.attachments import Attachments
+    from totem.services.project_list import ProjectList
     from totem.services.tokens import McpTokens
 
 
@@ -26,12 +27,14 @@ class McpHandler(Protocol):
 
 class Host(Protocol):
     """The configuration, the perimeter and what answers before the core (the MCP-only tokens,
-    the attachments, the sandbox's status), then the services once `ready` has built them."""
+    the attachments, the list of projects, the sandbox's status), then the services once
+    `ready` has built them."""
 
     config: Config
     perimeter: Perimeter
     tokens: McpTokens
     attachments: Attachments
+    project_list: ProjectList
     http: HttpServer
 
     @property

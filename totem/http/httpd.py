@@ -37,7 +37,6 @@ import secrets
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from email.utils import formatdate
 from http import HTTPStatus
 from urllib.parse import parse_qsl, unquote
 
@@ -756,6 +755,19 @@ def wants_close(request: Request) -> bool:
     return "close" in connection
 
 
+_WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+
+def http_date(when: float | None = None) -> str:
+    """The IMF-fixdate of RFC 9110 (`Sun, 06 Nov 1994 08:49:37 GMT`) of `when` (seconds since
+    the epoch; now when None): what email.utils.formatdate(usegmt=True) writes, without loading
+    the email package (3-4 MB at start-up) for the Date header of every answer."""
+    t = time.gmtime(when)
+    return (f"{_WEEKDAYS[t.tm_wday]}, {t.tm_mday:02d} {_MONTHS[t.tm_mon - 1]} {t.tm_year:04d} "
+            f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d} GMT")
+
+
 def encode_head(response: Response, close: bool) -> bytes:
     """The status line and headers of a response, with the security headers that every answer
     carries."""
@@ -768,7 +780,7 @@ def encode_head(response: Response, close: bool) -> bytes:
     if "cache-control" not in names:
         lines.append("Cache-Control: no-store")
     lines.extend(f"{name}: {value}" for name, value in SECURITY_HEADERS)
-    lines.append(f"Date: {formatdate(usegmt=True)}")
+    lines.append(f"Date: {http_date()}")
     if response.status >= 200 and response.status not in (204, 304):
         # RFC 9110 section 8.6: never on 1xx and 204; on a 304 it would have to be GET's length.
         lines.append(f"Content-Length: {response.length}")

@@ -8,6 +8,7 @@ everywhere except the login page, the sign-in actions and static assets.
 from __future__ import annotations
 
 import importlib
+from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 from totem.errors import Forbidden, MethodNotAllowed, NotFound
@@ -29,6 +30,11 @@ PAGE_METHODS = ("GET", "HEAD")
 # The modules of totem/api whose ACTIONS make the table, in the order of the protocol text.
 API_MODULES = ("account", "projects", "mcpservers", "folders", "sessions", "terminal", "schedules", "settings",
                "providers", "permissions", "openapi")
+# The actions that answer before the core is built, besides Account|read and the sign-in ones,
+# by the module of api/ that declares them: Projects|list, the page's first request after
+# Account|read (from the App's project_list). Their module loads with the first of them, not
+# before the listen.
+BEFORE_CORE = {"projects": "projects"}
 
 
 def api_module_names() -> list[str]:
@@ -55,8 +61,9 @@ class Router:
         self.app = app
         self.hub = hub  # events.Hub: what each WebSocket connection subscribes to
         self.static_dir = static_dir
-        # Account|read and the sign-in actions answer before the core is built; the rest wait for it.
-        self.account_actions = build_table(account)
+        # Account|read, the sign-in actions and BEFORE_CORE answer before the core is built; the
+        # rest wait for it.
+        self.early_actions = build_table(account)
         self._actions: dict | None = None
         self._frames: TextFrames | None = None  # made with the first connection
 
@@ -83,8 +90,11 @@ class Router:
         if path.startswith("/api/"):
             if request.method != "OPTIONS" and path.rstrip("/") not in PUBLIC_ACTIONS:
                 await perimeter.authenticate(request)
-            if action_name(path) in self.account_actions:
-                return await call_action(self.app, self.account_actions, request)
+            name = action_name(path)
+            if name in BEFORE_CORE and name not in self.early_actions:
+                self._load_before_core(name)
+            if name in self.early_actions:
+                return await call_action(self.app, self.early_actions, request)
             await self.app.ready()
             return await call_action(self.app, self.actions, request)
         if path.startswith("/attachments/"):
@@ -93,6 +103,11 @@ class Router:
                 raise MethodNotAllowed(("method", "attachments answer GET and HEAD"), headers={"Allow": "GET, HEAD"})
             return await attachment_response(self.app.attachments, path)
         return await self._page(request)
+
+    def _load_before_core(self, name: str) -> None:
+        module = importlib.import_module(f"{__package__}.api.{BEFORE_CORE[name]}")
+        declared = SimpleNamespace(ACTIONS=[action for action in module.ACTIONS if action.name == name])
+        self.early_actions = self.early_actions | build_table(declared)
 
     async def _websocket(self, request) -> Response | None:
         perimeter = self.app.perimeter

@@ -20,6 +20,7 @@ from typing import Any
 from totem.errors import ApiError, BadRequest, NotFound
 from totem.rows import ProjectRow
 from totem.security.boundary import BoundaryError, is_protected_env, real_root, relative_path, resolve_inside
+from totem.services.project_list import Project, ProjectList, project_view
 from totem.store import Store
 from totem.tools.files import is_temp_name
 from totem.workspace import worktrees
@@ -31,15 +32,7 @@ MAX_TREE_ITEMS = 1000
 HIDDEN_IN_TREE = frozenset((".git",))
 GIT_FAILED_STATUS = 502  # git itself failed: the folder is fine, the tool we depend on is not
 
-Project = dict[str, Any]
 LeftOver = list[dict[str, Any]]  # module level: `Projects.list` hides the builtin in the class
-
-
-def project_view(row: ProjectRow) -> Project:
-    """The one shape of a project in answers."""
-    return {"id": row["id"], "name": row["name"], "path": row["path"],
-            "created": row["created"], "opened": row["opened"]}
-
 
 Places = list[dict]  # named here, since `Projects.list` hides the builtin inside the class
 
@@ -52,6 +45,7 @@ class Projects:
         self.sessions = sessions  # sessions.Sessions, for the cascade of a removal
         self.snapshots = snapshots  # snapshots.Snapshots: a forgotten project's kept contents go
         self.data_dir = data_dir  # where session worktrees are (<data>/worktrees)
+        self.listing = ProjectList(store)  # the App answers Projects|list with one before the core
 
     async def get(self, projectid: str) -> ProjectRow:
         """The stored row of a project. Raises NotFound."""
@@ -62,12 +56,8 @@ class Projects:
 
     async def list(self) -> list[dict]:
         """Every project, the most recently opened first, each with `totaljs` (and
-        `totaljsversion`, 4, 5 or None): whether it is a Total.js project (totaljs.detect)."""
-        from totem.workspace import totaljs  # its patterns take a while to compile: not at start-up
-        rows = await self.store.list_projects()
-        found = await asyncio.to_thread(lambda: [totaljs.detect(row["path"]) for row in rows])
-        return [project_view(row) | {"totaljs": detection.totaljs, "totaljsversion": detection.version}
-                for row, detection in zip(rows, found, strict=True)]
+        `totaljsversion`, 4, 5 or None): whether it is a Total.js project (project_list.py)."""
+        return await self.listing.list()
 
     async def recent(self, count: int) -> Places:
         """The `count` projects opened last, `{name, path}` each, the most recent first (the

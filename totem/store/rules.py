@@ -22,6 +22,16 @@ class RuleRows(Engine):
             return rows_of(c.execute("SELECT * FROM rules WHERE projectid = ? ORDER BY id", (projectid,)), RuleRow)
         return await self.read(run)
 
+    async def list_rules_and_global(self, projectid: str) -> tuple[list[RuleRow], list[RuleRow]]:
+        """(the saved rules of a project, the global saved rules), each oldest first, in one read:
+        what every tool call is decided under."""
+        def run(c: sqlite3.Connection) -> tuple[list[RuleRow], list[RuleRow]]:
+            rows = rows_of(c.execute("SELECT * FROM rules WHERE projectid = ? OR projectid IS NULL ORDER BY id",
+                                     (projectid,)), RuleRow)
+            return ([row for row in rows if row["projectid"] is not None],
+                    [row for row in rows if row["projectid"] is None])
+        return await self.read(run)
+
     async def add_rule(self, projectid: str | None, tool: str, pattern: str, action: str) -> RuleRow | None:
         """Save a rule (the same tool and pattern replaces the old action); None when the project is gone."""
         newid = self.ids.new()

@@ -60,8 +60,12 @@ class ReadTool(Tool):
     async def run(self, args: dict, ctx: ToolContext) -> ToolResult:
         absolute = resolve_path(ctx, args["path"])
         shown = display_path(ctx, absolute)
-        approved = await _approve_links(absolute, shown, ctx)
-        lines = await asyncio.to_thread(_load, absolute, shown, approved)
+        # One hand-over to a worker thread for a file of one name (the common case): the
+        # worker reads it unless it has other names, which the person must allow first.
+        lines = await asyncio.to_thread(_load_single, absolute, shown)
+        if lines is None:
+            approved = await _approve_links(absolute, shown, ctx)
+            lines = await asyncio.to_thread(_load, absolute, shown, approved)
         offset = int(args.get("offset") or 1)
         limit = int(args.get("limit") or DEFAULT_LIMIT_LINES)
         return _view(lines, shown, offset, limit)
@@ -84,6 +88,18 @@ async def _approve_links(absolute: str, shown: str, ctx: ToolContext) -> tuple[i
                         "(inside the agent loop)")
     await ctx.permit("read", shown, {"path": shown}, always_ask=reason)
     return info.st_dev, info.st_ino
+
+
+def _load_single(absolute: str, shown: str) -> list[str] | None:
+    """`_load` of a path that is not a regular file with more than one hard link (the links
+    are `_approve_links`'s to ask about); None for one that is."""
+    try:
+        info = os.stat(absolute)  # follows a link: the target's links count
+    except OSError:
+        info = None  # _load says what is wrong
+    if info is not None and stat.S_ISREG(info.st_mode) and info.st_nlink >= 2:
+        return None
+    return _load(absolute, shown)
 
 
 def _load(absolute: str, shown: str, approved: tuple[int, int] | None = None) -> list[str]:

@@ -27,6 +27,7 @@ from totem.schema import check_schema
 if TYPE_CHECKING:
     from totem.core import Services
     from totem.http.host import Host
+    from totem.services.project_list import ProjectList
     from totem.services.tokens import McpTokens
 
 __all__ = ["MAX_ID_CHARS", "Action", "Context", "Input", "build_table", "call_action", "find_action", "success"]
@@ -72,11 +73,15 @@ class Context:
 
     @property
     def services(self) -> Services:
-        return self.app.services  # built before any action but Account|read and the sign-in ones
+        return self.app.services  # built before any action but those of routes.BEFORE_CORE
 
     @property
     def tokens(self) -> McpTokens:
         return self.app.tokens  # the MCP-only tokens, served before the core is built
+
+    @property
+    def project_list(self) -> ProjectList:
+        return self.app.project_list  # Projects|list, served before the core is built
 
     async def body(self) -> Input:
         """The JSON body as an Input checked against the action's body schema. Raises

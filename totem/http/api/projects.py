@@ -1,7 +1,8 @@
 """Projects|list, open, remove, files, git and commands: the folders that Totem works in.
 
 Each handler checks the fields of its input and calls `ctx.services.projects`, where the use
-case lives (`totem/services/projects.py`).
+case lives (`totem/services/projects.py`); Projects|list calls `ctx.project_list`
+(`totem/services/project_list.py`), which answers before the core is built.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ async def require_project(ctx, projectid: str | None = None) -> dict:
 
 async def list_projects(ctx):
     ctx.params().done()
-    return await ctx.services.projects.list()
+    return await ctx.project_list.list()
 
 
 OPEN_BODY = body({"path": ABSOLUTE_PATH})
