@@ -707,11 +707,13 @@ function onEvent(event) {
       }
       const known = state.sessions.find((s) => s.id === session.id);
       const redoChanged = !!known && !!known.redo !== !!session.redo;
+      const optionsChanged = !!known && (known.mode !== session.mode || known.autoaccept !== session.autoaccept);
       if (known) Object.assign(known, session);
       else if (session.projectid === state.project?.id) addSession(session);
       paintSessions();
       if (!current) return;
       paintSession();
+      if (optionsChanged) composer.useSession(known); // a prompt from elsewhere (a schedule, a tab) ran with them
       if (session.worktree) refreshGit();
       // An undo or a redo (maybe in another tab) changed what is taken back; a new prompt
       // removed the messages an undo took back.

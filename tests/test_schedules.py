@@ -12,7 +12,7 @@ import unittest
 
 from tests.model_server import reply
 from tests.test_loop import LoopCase
-from tests.utils import MS, call
+from tests.utils import MS, call, next_event
 from totem.agent.gate import NOBODY_HERE
 from totem.scheduler import next_daily, next_interval, next_run
 from totem.security.permissions import SCHEDULED_REASON
@@ -168,6 +168,17 @@ class ScheduledRunTest(ScheduleCase):
         self.assertEqual(session["schedule"], schedule["id"])
         self.assertTrue(session["name"].startswith("Morning 20"))
         self.assertEqual(session["mode"], "plan")
+        # Made in the default mode, the session is announced again in the mode of its run, so
+        # that a page that listed it shows its prompt box in Plan.
+        modes = []
+        while True:
+            event = await next_event(self.ws, 5000)
+            if event["type"] == "session.updated" and event["sessionid"] == sessionid:
+                modes.append(event["data"]["session"]["mode"])
+            if event["type"] == "session.status" and event["sessionid"] == sessionid \
+                    and event["data"]["status"] == "idle":
+                break
+        self.assertEqual(modes[-1], "plan", modes)
         await self.until_idle(sessionid)
         listed = (await call(self.app, "schedules", query=f"projectid={self.project['id']}")).json()
         self.assertEqual((listed[0]["last"]["sessionid"], listed[0]["last"]["status"]), (sessionid, "idle"))

@@ -88,6 +88,7 @@ def test_create_run_edit_disable_and_remove_a_schedule(live, page):
     expect(dialog).to_be_hidden()
     expect(page.locator("#session-title")).to_have_text(re.compile(r"^Nightly <b>check</b> \d{4}-\d\d-\d\d \d\d:\d\d$"))
     expect(page.locator(".msg.assistant .md").last).to_have_text("Looked at it.")
+    expect(page.locator("#mode")).to_have_value("plan")  # the prompt box says the mode the schedule ran in
     scheduled = page.locator("#sessions li.active")
     expect(scheduled.locator(".scheduled")).to_have_attribute("title", "Run by the schedule “Nightly <b>check</b>”")
     expect(page.locator("#sessions li", has_text="By hand").locator(".scheduled")).to_have_count(0)

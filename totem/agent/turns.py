@@ -52,8 +52,12 @@ async def store_user_message(store, hub, session: dict, prompt: Prompt, extra: d
     message["data"] = ({"attachments": files} if files else {}) | extra
     message["parts"] = [part]
     model, mode = prompt.keep or (prompt.model, prompt.mode)
-    await store.set_session_options(sessionid, model, mode, prompt.autoaccept)
+    row = await store.set_session_options(sessionid, model, mode, prompt.autoaccept)
     hub.publish(MessageCreated(sessionid, message))
+    # Another tab, or a schedule's session opened later, shows the options the prompt runs with.
+    if row is not None and (row["model"], row["mode"], bool(row["autoaccept"])) != \
+            (session.get("model"), session.get("mode"), bool(session.get("autoaccept"))):
+        hub.publish(SessionUpdated(sessionid, session_view(row)))
     await _name_session(store, hub, session, prompt)
     return message
 

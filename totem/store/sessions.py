@@ -103,11 +103,14 @@ class SessionRows(Engine):
             return row_of(c.execute("SELECT * FROM sessions WHERE id = ?", (sessionid,)), SessionRow)
         return await self.write(run)
 
-    async def set_session_options(self, sessionid: str, model: str | None, mode: str, autoaccept: bool) -> None:
-        def run(c: sqlite3.Connection) -> None:
+    async def set_session_options(self, sessionid: str, model: str | None, mode: str,
+                                  autoaccept: bool) -> SessionRow | None:
+        """Keep the options of the session's last prompt; returns the session as it is now."""
+        def run(c: sqlite3.Connection) -> SessionRow | None:
             c.execute("UPDATE sessions SET model = ?, mode = ?, autoaccept = ?, updated = ? WHERE id = ?",
                       (model, mode, int(autoaccept), now_ms(), sessionid))
-        await self.write(run)
+            return row_of(c.execute("SELECT * FROM sessions WHERE id = ?", (sessionid,)), SessionRow)
+        return await self.write(run)
 
     async def session_marker(self, sessionid: str, candidate: str) -> str:
         """The marker of a session's data envelopes: `candidate` when it has none yet (then kept),
