@@ -69,7 +69,9 @@ export class GitPanel {
   // Merge and Discard wait while the session runs (the server refuses them then).
   setRunning(running) {
     this.running = running;
-    for (const button of this.box.querySelectorAll('.worktree-actions button')) button.disabled = running || this.busy;
+    for (const button of this.box.querySelectorAll('.worktree-actions button')) {
+      button.disabled = running || this.busy || button.dataset.nothing === 'true';
+    }
   }
 
   paint() {
@@ -109,12 +111,17 @@ export class GitPanel {
     const changed = uniquePaths(state.changes);
     Object.assign(box.dataset, { branch: state.branch ?? '', into: state.into, ahead: String(state.ahead),
       behind: String(state.behind), changed: String(changed.length) });
+    // After a merge (or before any work) there is nothing to merge: the button says so, and waits.
+    const nothing = !changed.length && !state.ahead;
     const merge = h('button', { type: 'button', className: 'small primary worktree-merge',
-      title: `Commit what is uncommitted in the worktree and merge its branch into ${state.into}`,
+      dataset: { nothing: String(nothing) },
+      title: nothing ? `Nothing to merge: the branch has no change that ${state.into} does not have`
+        : `Commit what is uncommitted in the worktree and merge its branch into ${state.into}`,
       onclick: () => this.merge() }, 'Merge');
     const discard = h('button', { type: 'button', className: 'small danger worktree-discard',
       title: 'Delete the worktree and its branch, with their work', onclick: () => this.discard() }, 'Discard');
-    merge.disabled = discard.disabled = this.running || this.busy;
+    merge.disabled = nothing || this.running || this.busy;
+    discard.disabled = this.running || this.busy;
     box.append(...[
       h('div', { className: 'worktree-branch' },
         h('strong', { className: 'wt-branch' }, state.branch || '(detached)'),

@@ -132,6 +132,9 @@ def test_create_in_a_worktree_then_merge_with_its_confirmation(live, page):
     assert git(root, "rev-parse", "--short=10", "HEAD").strip() in merged.text_content()
     expect(block.locator(".wt-clean")).to_be_visible()  # committed: nothing uncommitted left
     expect(block.locator(".wt-ahead")).to_have_text("0 commits ahead")  # main has it all now
+    merge = block.get_by_role("button", name="Merge")
+    expect(merge).to_be_disabled()  # nothing is left to merge, and the button says so
+    expect(merge).to_have_attribute("title", "Nothing to merge: the branch has no change that main does not have")
     expect(page.locator("#tree li[data-path='notes.txt']")).to_be_visible()
     shot(page, "worktree-merged.png")
     assert [e for e in errors() if "status of 4" not in e] == []
