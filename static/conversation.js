@@ -17,6 +17,7 @@
 // (`validation`).
 import { h, showValue, formatSize, plural } from '/dom.js';
 import { renderMarkdown } from '/markdown.js';
+import { plainReason } from '/words.js';
 import { addSaveButtons } from '/saveas.js';
 import { messageUsage } from '/usage.js';
 
@@ -466,7 +467,7 @@ function toolSubject(data) {
 function decisionText(decision) {
   if (!decision) return '';
   const verb = decision.action === 'deny' ? 'Denied' : decision.action === 'allow' ? 'Allowed' : 'Asked';
-  const reason = String(decision.reason ?? '');
+  const reason = plainReason(decision.reason);
   if (decision.by === 'person') {
     return `${verb} by you (${decision.reply})${decision.action !== 'deny' && reason ? `: ${reason}` : ''}`;
   }

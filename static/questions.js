@@ -14,6 +14,7 @@
 import { api } from '/api.js';
 import { h, reveal, showValue, toast, confirmAction } from '/dom.js';
 import { renderFileDiff } from '/diff.js';
+import { plainReason } from '/words.js';
 
 export const REACH_KEY = 'Alt+Q';
 const SHOWN_SHARE = 0.95; // of a card's buttons row inside the screen, for the card to count as seen
@@ -229,7 +230,7 @@ export class Questions {
       'aria-label': `Permission question: ${title}?`, 'aria-keyshortcuts': 'Enter Y N Escape' },
       h('header', null, header, '?'),
       description ? h('p', { className: 'ask-description' }, reveal(description)) : null,
-      data.reason ? h('p', { className: 'ask-reason' }, reveal(data.reason)) : null,
+      data.reason ? h('p', { className: 'ask-reason' }, reveal(plainReason(data.reason))) : null,
       bash && data.folder ? h('div', { className: 'ask-folder' }, 'in ', h('code', null, data.folder)) : null,
       bash && data.input?.background === true ? h('p', { className: 'ask-background' },
         'It runs as a background job: it keeps running after this answer, until it ends or you stop it (Jobs).') : null,

@@ -379,7 +379,7 @@ export class SettingsDialog {
     const element = h('li', { className: 'card setting', dataset: { key } },
       h('div', { className: 'grow' },
         h('div', { className: 'setting-title' },
-          h('label', { htmlFor: id }, h('code', null, key)),
+          h('label', { htmlFor: id }, h('strong', null, item.title || key), item.title ? h('code', { className: 'muted setting-key' }, key) : null),
           h('span', { className: 'muted setting-range' }, rangeText(item))),
         h('div', { id: `${id}-about`, className: 'muted setting-description' }, item.description),
         h('div', { className: 'setting-effective' }, h('span', { className: 'muted' }, 'Now '), value, ' ', source),

@@ -26,6 +26,7 @@ class Key:
     low: float
     high: float
     description: str
+    title: str = ""  # its name in words, for the person (the key is config.ini's and the API's)
     nullable: bool = False  # None is a value: "the provider's default"
     # Every layer adds to it (a union, in layer order), none takes away: the secret places.
     merged: bool = False
@@ -48,23 +49,32 @@ class Key:
 
 
 KEYS = (
-    Key("steps", int, 1, 1000, "model calls in one run before it stops and waits for the person"),
-    Key("commandtimeout", int, 1, 600, "seconds a command may run when the model does not say"),
-    Key("outputcap", int, 1000, 50_000, "bytes of a command's output that the model gets (head and tail)"),
+    Key("steps", int, 1, 1000, "model calls in one run before it stops and waits for the person",
+        title="Steps per run"),
+    Key("commandtimeout", int, 1, 600, "seconds a command may run when the model does not say",
+        title="Command time limit"),
+    Key("outputcap", int, 1000, 50_000, "bytes of a command's output that the model gets (head and tail)",
+        title="Command output kept for the model"),
     Key("temperature", float, 0, 2, "the sampling temperature sent to the model (none: the provider's default)",
-        nullable=True),
+        title="Temperature", nullable=True),
     # The knowledge of Total.js (in Total.js projects only): all of it, the Forge documentation,
     # and the review of an answer's code before it is shown.
-    Key("forge", bool, 0, 1, "the knowledge of Total.js in Total.js projects (off: none of it)"),
-    Key("forgedocs", bool, 0, 1, "search the Forge documentation for each prompt (llms.txt, once a day)"),
-    Key("selfcheck", bool, 0, 1, "hold an answer's text until its code is checked, and mark what needs review"),
+    Key("forge", bool, 0, 1, "the knowledge of Total.js in Total.js projects (off: none of it)",
+        title="Total.js knowledge"),
+    Key("forgedocs", bool, 0, 1, "search the Forge documentation for each prompt (llms.txt, once a day)",
+        title="Forge documentation search"),
+    Key("selfcheck", bool, 0, 1, "hold an answer's text until its code is checked, and mark what needs review",
+        title="Check answers' code"),
     # The sandbox of commands (sandbox.py): the network of interactive runs and of the runs
     # nobody watches (scheduled runs, sub-agents), more writable folders, more secret places.
-    Key("network", bool, 0, 1, "commands reach the network (never Totem's own port)"),
-    Key("unattendednetwork", bool, 0, 1, "commands of scheduled runs and sub-agents reach the network"),
-    Key("writable", list, 0, 32, "more folders commands may write (absolute paths)"),
+    Key("network", bool, 0, 1, "commands reach the network (never Totem's own port)",
+        title="Network for commands"),
+    Key("unattendednetwork", bool, 0, 1, "commands of scheduled runs and sub-agents reach the network",
+        title="Network for unwatched runs"),
+    Key("writable", list, 0, 32, "more folders commands may write (absolute paths)",
+        title="More writable folders"),
     Key("secrets", list, 0, 32, "more secret places commands cannot read (absolute paths; every layer adds)",
-        merged=True),
+        title="More secret places", merged=True),
 )
 BY_NAME = {key.name: key for key in KEYS}
 

@@ -58,6 +58,11 @@ def test_all_projects_then_this_project_wins_then_cleared(live, page):
     expect(steps.locator(".setting-description")).to_have_text(
         "model calls in one run before it stops and waits for the person")
     expect(steps.locator(".setting-range")).to_have_text("an integer from 1 to 1000")
+    # Each setting is named in words, with its key (config.ini's and the API's) beside it.
+    label = row(dialog, "commandtimeout").locator(".setting-title label")
+    expect(label.locator("strong")).to_have_text("Command time limit")
+    expect(label.locator(".setting-key")).to_have_text("commandtimeout")
+    expect(dialog.get_by_label("Command time limit")).to_be_visible()
     expect(row(dialog, "temperature").locator(".setting-range")).to_have_text(
         "a number from 0 to 2; empty: the provider's default")
     expect(row(dialog, "temperature").locator(".setting-value")).to_have_text("the provider's default")

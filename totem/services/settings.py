@@ -33,7 +33,7 @@ class Settings:
         layers = {"config": self.config_layer, **await self.store.settings_layers(projectid, sessionid)}
         effective = settings.resolve(layers)
         return {key.name: effective[key.name] | {
-            "description": key.description, "type": TYPE_NAMES.get(key.kind, "number"),
+            "description": key.description, "title": key.title, "type": TYPE_NAMES.get(key.kind, "number"),
             "min": key.low, "max": key.high, "nullable": key.nullable} for key in settings.KEYS}
 
     async def values(self, projectid: str, sessionid: str) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from totem.http.api.contract import ANY, BOOLEAN, ID, NUMBER, STRING, body, choi
 from totem.services.settings import SCOPES, TYPE_NAMES
 
 READ_QUERY = query(optional={"projectid": ID, "sessionid": ID})
-VALUES = mapping(record({"value": ANY, "source": choice(("config", *SCOPES)), "description": STRING,
+VALUES = mapping(record({"value": ANY, "source": choice(("config", *SCOPES)), "description": STRING, "title": STRING,
                          "type": choice(sorted({*TYPE_NAMES.values(), "number"})), "min": maybe(NUMBER),
                          "max": maybe(NUMBER), "nullable": BOOLEAN}),
                  "the effective value of each key at that level, and where it comes from")
