@@ -393,6 +393,7 @@ async function newSession(firstPrompt) {
   try {
     const session = await api('sessions_create', { body: { projectid: state.project.id } });
     addSession(session);
+    setDrawer('side', false); // done with the list: the new session, and its questions, in view
     composer.carry = !!firstPrompt; // the new session takes the prompt box as it is
     await selectSession(session);
     if (firstPrompt) await sendPrompt(firstPrompt);
@@ -408,6 +409,7 @@ async function newWorktreeSession(name) {
   if (!state.project) return;
   const session = await api('sessions_create', { body: { projectid: state.project.id, worktree: true, ...(name ? { name } : {}) } });
   addSession(session);
+  setDrawer('side', false);
   await selectSession(session);
   toast(`“${session.name}” works in a worktree of its own`, 'info');
 }
@@ -855,7 +857,7 @@ async function resync(reconnected) {
 
 // Under 1000px the right column is a drawer, under 700px the left one too: each opens from its
 // toggle in the top bar and closes from it again, with Escape, or (the left one) once a session
-// or project is chosen. On a wide screen the toggles are not shown and the classes do nothing.
+// or project is chosen or a new session made. On a wide screen the toggles are not shown and the classes do nothing.
 function setDrawer(name, open) {
   const other = name === 'side' ? 'panels' : 'side';
   if (open) setDrawer(other, false);

@@ -79,6 +79,11 @@ def test_question_buttons_in_view_and_panels_reachable(live, page, viewport):
         page.click("#toggle-side")
         page.locator(f"#sessions li[data-id='{session['id']}'] .name").click()  # choosing closes it
         expect(page.locator("#side")).to_be_hidden()
+        page.click("#toggle-side")
+        page.click("#new-session")  # so does making a new session: it opens in view
+        expect(page.locator("#session-title")).to_have_text("New session")
+        expect(page.locator("#side")).to_be_hidden()
+        expect(page.locator("#toggle-side")).to_have_attribute("aria-expanded", "false")
     else:
         expect(page.locator("#side")).to_be_visible()
         expect(page.locator("#panels")).to_be_visible()
