@@ -15,6 +15,26 @@ const MAX_FILES = 20;
 const MAX_TOTAL_BYTES = 14 * 1024 * 1024; // base64 grows by a third; the body limit is 20 MB
 const MAX_TEXTAREA_PX = 240;
 const LAST_MODEL_KEY = 'totem.model';
+const DRAFT_KEY = 'totem.draft.'; // + session id: the words of an unsent prompt, kept across reloads
+
+// The browser's storage may be full or off: a draft then lives as long as the page.
+function storeDraft(sessionid, text) {
+  if (!sessionid) return;
+  try {
+    if (text) localStorage.setItem(DRAFT_KEY + sessionid, text);
+    else localStorage.removeItem(DRAFT_KEY + sessionid);
+  } catch {
+    // kept in memory only
+  }
+}
+
+function storedDraft(sessionid) {
+  try {
+    return sessionid ? localStorage.getItem(DRAFT_KEY + sessionid) ?? '' : '';
+  } catch {
+    return '';
+  }
+}
 const COMMANDS_FRESH_MS = 5000; // the project's commands are read again after this, when used
 const COMMANDS_PREFIX = '.totem/commands/';
 const AGENTS_PREFIX = '.totem/agents/';
@@ -51,7 +71,10 @@ export class Composer {
         this.submit({ steer: this.running && (event.ctrlKey || event.metaKey) });
       }
     });
-    this.text.addEventListener('input', () => this.fit());
+    this.text.addEventListener('input', () => {
+      this.fit();
+      storeDraft(this.sessionid, this.text.value);
+    });
     this.text.addEventListener('paste', (event) => {
       const files = [...(event.clipboardData?.files ?? [])];
       if (files.length) {
@@ -124,6 +147,16 @@ export class Composer {
     if (session.model) this.model.select(session.model);
   }
 
+  // Words given back to the box (the prompt an undo took back), unless the person is writing.
+  offer(text) {
+    if (this.text.value.trim() || !text) return false;
+    this.text.value = text;
+    storeDraft(this.sessionid, text);
+    this.fit();
+    this.text.focus();
+    return true;
+  }
+
   keepDraft(sessionid) {
     if (this.text.value || this.files.length) this.drafts.set(sessionid, { text: this.text.value, files: this.files });
     else this.drafts.delete(sessionid);
@@ -132,7 +165,7 @@ export class Composer {
   restoreDraft(sessionid) {
     const draft = this.drafts.get(sessionid);
     this.drafts.delete(sessionid);
-    this.text.value = draft?.text ?? '';
+    this.text.value = draft?.text ?? storedDraft(sessionid); // files are not kept across a reload
     this.files = draft?.files ?? [];
     this.showFiles();
     this.fit();
@@ -180,6 +213,7 @@ export class Composer {
   // The prompt of this session was sent: its draft is done (in the box, or kept aside when
   // another session was chosen meanwhile).
   clear(sessionid = this.sessionid) {
+    storeDraft(sessionid, '');
     if (sessionid !== this.sessionid) {
       this.drafts.delete(sessionid);
       return;

@@ -135,14 +135,25 @@ export class Conversation {
     }
   }
 
+  // The words of a prompt (a user message), or null for an answer or an unknown message.
+  promptOf(messageid) {
+    if (this.messages.get(messageid)?.message.role !== 'user') return null;
+    const text = this.promptText(messageid);
+    return text.trim() ? text : null;
+  }
+
+  promptText(messageid) {
+    return [...this.parts.values()].filter((view) => view.part.messageid === messageid && view.kind === 'text')
+      .map((view) => view.text).join('');
+  }
+
   // The words of the newest prompt that ran (not a queued one), for Retry; null without one.
   lastPrompt() {
     const prompts = [...this.messages.values()].filter(({ message }) => message.role === 'user'
       && !message.data?.queued && !message.reverted);
     const last = prompts.at(-1)?.message;
     if (!last) return null;
-    const text = [...this.parts.values()].filter((view) => view.part.messageid === last.id && view.kind === 'text')
-      .map((view) => view.text).join('');
+    const text = this.promptText(last.id);
     return text.trim() ? text : null;
   }
 

@@ -281,3 +281,40 @@ def test_a_fork_of_a_long_name_is_marked_in_view(live, page):
     name = item.locator(".name")
     assert name.evaluate("(element) => element.scrollWidth > element.clientWidth"), "the name is not cut"
     expect(page.locator(f"#sessions li[data-id='{session['id']}'] .fork-mark")).to_have_count(0)
+
+
+def test_an_undone_prompt_comes_back_to_the_box_and_drafts_outlive_a_reload(live, page):
+    """Undo on a prompt puts its words back in the prompt box (unless something is being
+    written there); what is typed and not sent is still there after a reload."""
+    project = live.project("drafts", {"a.txt": "original\n"})
+    session = live.session(project, "Drafts")
+    open_session(page, project, session)
+    live.model.script(reply(tool_calls=[("write", {"path": "a.txt", "content": "rewritten\n"})]),
+                      reply("Rewritten."))
+    prompt_autoaccept(live, session, "Rewrite a.txt, please")
+    expect(page.locator(".msg.assistant .md").last).to_have_text("Rewritten.")
+    prompt = page.locator(".msg.user").first
+    prompt.hover()
+    prompt.locator(".msg-actions").get_by_role("button", name="Undo").click()
+    wait_for_file(project, "a.txt", "original\n")
+    expect(page.locator("#prompt")).to_have_value("Rewrite a.txt, please")
+
+    page.fill("#prompt", "a second thought, not sent")
+    page.reload()
+    expect(page.locator("#session-title")).to_have_text("Drafts")
+    expect(page.locator("#prompt")).to_have_value("a second thought, not sent")
+    page.locator("#redo-bar").get_by_role("button", name="Redo").click()
+    wait_for_file(project, "a.txt", "rewritten\n")
+    prompt = page.locator(".msg.user").first
+    prompt.hover()
+    prompt.locator(".msg-actions").get_by_role("button", name="Undo").click()
+    wait_for_file(project, "a.txt", "original\n")
+    expect(page.locator("#prompt")).to_have_value("a second thought, not sent")  # what is written stays
+    live.model.script(reply("Thought about it."))
+    page.press("#prompt", "Enter")
+    expect(page.locator(".msg.assistant .md").last).to_have_text("Thought about it.")
+    expect(page.locator("#prompt")).to_have_value("")
+    page.reload()
+    expect(page.locator("#session-title")).to_have_text("Drafts")
+    expect(page.locator(".msg.assistant .md").last).to_have_text("Thought about it.")
+    expect(page.locator("#prompt")).to_have_value("")  # a sent prompt is no draft
