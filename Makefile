@@ -9,11 +9,12 @@ MCP2_VENV := $(VENV)/mcp2
 .PHONY: run check test bench clean system-packages vendor docker docker-test screenshots
 
 $(BIN)/python:
+	@echo "Creating $(VENV)/ (a virtual environment of $$($(PYTHON) --version 2>&1), once)"
 	$(PYTHON) -m venv $(VENV)
 
 $(VENV)/.runtime: requirements.txt | $(BIN)/python
 	@echo "Installing into $(VENV)/ with pip (on the first run, and after requirements.txt changes): $$(paste -sd' ' requirements.txt)"
-	$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements.txt
+	$(BIN)/python -m pip install --disable-pip-version-check --progress-bar off -r requirements.txt
 	touch $@
 
 $(VENV)/.dev: requirements.txt requirements-dev.txt | $(BIN)/python
@@ -28,6 +29,7 @@ $(MCP2_VENV)/.installed: requirements-mcp2.txt | $(MCP2_VENV)/bin/python
 	touch $@
 
 run: $(VENV)/.runtime
+	@[ -d totem/__pycache__ ] || echo "Compiling Totem's modules (once)"
 	@$(BIN)/python -m compileall -q totem >/dev/null
 	$(BIN)/python totem.py
 

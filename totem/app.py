@@ -268,6 +268,14 @@ async def until_stopped(app: App, stop: asyncio.Event) -> None:
         building.cancel()
 
 
+def configure_logging(level: str) -> None:
+    """The console at config.ini's `loglevel`. The WebSocket library's lines of a connection
+    opened and closed are shown at debug only (a page that reconnects is not news), and its own
+    debug lines never: they hold each request's headers, the session cookie among them."""
+    logging.basicConfig(level=getattr(logging, level.upper()), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("websockets").setLevel(logging.INFO if level == "debug" else logging.WARNING)
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["run"]:  # the headless client, not the server
         from totem.cli import main as run_client
@@ -279,13 +287,13 @@ def main(argv: list[str]) -> int:
                                      allow_abbrev=False)
     parser.add_argument("--config", default=default_config_path(), help="the configuration file (config.ini)")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     try:
         config = load_config(args.config)
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 2
+    configure_logging(config.loglevel)
     try:
         asyncio.run(serve(config))
     except OSError as exc:

@@ -197,6 +197,9 @@ KEYS = (
     Key("unattendednetwork", _parse_bool, "false"),
     Key("writable", _parse_paths, ""),
     Key("secrets", _parse_paths, ""),
+    # What the server's console says: error, warning, info (start-up, refusals, slow clients)
+    # or debug (also every connection the WebSocket library opens and closes).
+    Key("loglevel", _parse_choice("error", "warning", "info", "debug"), "info"),
 )
 
 
@@ -238,6 +241,7 @@ class Config:
     unattendednetwork: bool
     writable: tuple
     secrets: tuple
+    loglevel: str
     rules: tuple = ()  # global permission rules of [rules]: (tool, pattern, action)
     source: str = ""  # the file it was read from ("" when given otherwise)
 
