@@ -888,6 +888,17 @@ byId('toggle-panels').addEventListener('click', () => {
   setDrawer('panels', open);
   if (open) servers.load(); // what the servers became meanwhile
 });
+// Under 700px the header's buttons are in a menu: it closes once one is chosen, with Escape,
+// or with a click elsewhere.
+function setMenu(open) {
+  document.body.classList.toggle('show-menu', open);
+  byId('toggle-menu').setAttribute('aria-expanded', String(open));
+}
+byId('toggle-menu').addEventListener('click', () => setMenu(!document.body.classList.contains('show-menu')));
+byId('top-menu').addEventListener('click', (event) => { if (event.target.closest('button')) setMenu(false); });
+document.addEventListener('pointerdown', (event) => {
+  if (document.body.classList.contains('show-menu') && !event.target.closest('#top-menu, #toggle-menu')) setMenu(false);
+});
 byId('side').addEventListener('click', (event) => {
   if (event.target.closest('#sessions li:not(.more), #projects li') && !event.target.closest('button, input')) setDrawer('side', false);
 }, { capture: true }); // before the row's own handler repaints the list
@@ -909,6 +920,12 @@ document.addEventListener('keydown', (event) => {
 }, true);
 
 document.addEventListener('keydown', (event) => {
+  if (event.key === 'Escape' && document.body.classList.contains('show-menu') && !document.querySelector('dialog[open]')) {
+    event.preventDefault();
+    setMenu(false);
+    byId('toggle-menu').focus();
+    return;
+  }
   const drawer = document.body.classList.contains('show-side') ? 'side' : document.body.classList.contains('show-panels') ? 'panels' : null;
   if (event.key === 'Escape' && drawer && !document.querySelector('dialog[open]')) {
     event.preventDefault();

@@ -92,6 +92,8 @@ def test_gallery_screens(browser, live, scene, size, theme):
     gallery(page, "model-picker", size, theme)
     page.keyboard.press("Escape")
 
+    if page.locator("#toggle-menu").is_visible():  # on a phone the header's buttons are in its menu
+        page.click("#toggle-menu")
     page.click("#open-providers")
     page.click("#provider-add")
     page.select_option("#provider-template", "compatible")

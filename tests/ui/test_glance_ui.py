@@ -217,8 +217,8 @@ def test_file_tree_follows_file_changes(live, page):
 
 
 def test_denied_call_says_denied_once(live, page):
-    """A call denied by a rule says why in one sentence: "Denied by the project rule ...", never
-    "Denied: denied ..." (in its note and in its decision)."""
+    """A call denied by a rule says why in one sentence, never "Denied: denied ...": its note as
+    the model read it, its decision in a person's words (whose rule, what it covers)."""
     project = live.project("denying", {"a.txt": "x\n"})
     session = live.session(project, "Deny")
     live.api("permissions_save", {"projectid": project["id"], "tool": "bash", "pattern": "rm *", "action": "deny"})
@@ -228,5 +228,5 @@ def test_denied_call_says_denied_once(live, page):
     denied = page.locator(".part.tool.status-denied")
     expect(denied.locator(".tool-note")).to_contain_text("Denied by the project rule bash: rm *.")
     denied.locator("summary").click()
-    expect(denied.locator(".decision")).to_have_text("Denied by the project rule bash: rm *")
+    expect(denied.locator(".decision")).to_have_text("Denied by your rule for this project for bash rm *")
     expect(page.locator(".conversation")).not_to_contain_text(re.compile("denied: denied", re.I))

@@ -294,3 +294,38 @@ def test_sending_follows_the_run_and_jump_to_latest(live, page):
     expect(page.locator("#session-status")).to_have_text("aborted")
     expect(jump).to_be_hidden()
     live.wait_run_end(session)
+
+
+HEADER_CONTROLS = ("#open-schedules", "#open-rules", "#open-settings", "#open-providers", "#theme-toggle", "#sign-out")
+
+
+@pytest.mark.parametrize("viewport", [PHONE, LAPTOP], ids=["phone", "laptop"])
+def test_every_header_control_is_in_reach(live, page, viewport):
+    """Each control of the header is on the screen, in the bar or (on a phone) in its menu, and
+    the header never scrolls sideways; the menu closes once a control is chosen or with Escape."""
+    page.set_viewport_size(viewport)
+    project = live.project("header", {"a.txt": "x\n"})
+    open_session(page, project, live.session(project, "Header"))
+    header = page.locator("header.top")
+    assert header.evaluate("(element) => element.scrollWidth <= element.clientWidth"), "the header scrolls sideways"
+    toggle = page.locator("#toggle-menu")
+    if viewport is PHONE:
+        for selector in HEADER_CONTROLS:
+            expect(page.locator(selector)).to_be_hidden()
+        toggle.click()
+        expect(toggle).to_have_attribute("aria-expanded", "true")
+    else:
+        expect(toggle).to_be_hidden()
+    for selector in HEADER_CONTROLS:
+        control = page.locator(selector)
+        expect(control).to_be_visible()
+        in_viewport(page, control)
+    if viewport is PHONE:
+        page.keyboard.press("Escape")
+        expect(page.locator("#open-settings")).to_be_hidden()
+        expect(toggle).to_be_focused()
+        toggle.click()
+    page.click("#open-settings")
+    expect(page.locator("#settings-dialog")).to_be_visible()
+    if viewport is PHONE:
+        expect(toggle).to_have_attribute("aria-expanded", "false")  # chosen: the menu closed
