@@ -73,7 +73,7 @@ export class TerminalPanel {
     term.onData((data) => this.type(new TextEncoder().encode(data)));
     term.onBinary((data) => this.type(Uint8Array.from(data, (ch) => ch.charCodeAt(0) & 0xff)));
     term.onResize(({ cols, rows }) => this.resized(cols, rows));
-    term.attachCustomKeyEventHandler((event) => copyShortcut(term, event));
+    term.attachCustomKeyEventHandler((event) => leaveShortcut(event) && copyShortcut(term, event));
     return term;
   }
 
@@ -339,6 +339,15 @@ function takeBytes(queue, limit) {
 
 // Ctrl+Shift+C copies the selection (Ctrl+C stays the shell's interrupt); pasting is xterm's
 // own (Ctrl+Shift+V, the context menu, Cmd+V on a Mac; Ctrl+V is the shell's), sent as typed input.
+// The terminal takes Tab and Escape (they are the shell's): Shift+Escape is the keyboard's way
+// out, to the prompt box. Returns false when it took the key.
+function leaveShortcut(event) {
+  if (event.type !== 'keydown' || event.key !== 'Escape' || !event.shiftKey || event.ctrlKey || event.altKey) return true;
+  event.preventDefault();
+  byId('prompt').focus();
+  return false;
+}
+
 function copyShortcut(term, event) {
   if (event.type !== 'keydown' || !event.ctrlKey || !event.shiftKey || event.code !== 'KeyC') return true;
   if (term.hasSelection()) navigator.clipboard?.writeText(term.getSelection()).catch(() => {});

@@ -329,3 +329,20 @@ def test_every_header_control_is_in_reach(live, page, viewport):
     expect(page.locator("#settings-dialog")).to_be_visible()
     if viewport is PHONE:
         expect(toggle).to_have_attribute("aria-expanded", "false")  # chosen: the menu closed
+
+
+def test_the_keyboard_focus_is_plain_to_see(live, page):
+    """Moving with Tab, every control that takes the focus shows a full ring around it."""
+    project = live.project("focus", {"a.txt": "x\n"})
+    open_session(page, project, live.session(project, "Focus"))
+    seen = set()
+    for _ in range(25):
+        page.keyboard.press("Tab")
+        focused = page.evaluate("""() => { const e = document.activeElement; const style = getComputedStyle(e);
+          return { tag: e.tagName, id: e.id, outline: style.outlineStyle, width: parseFloat(style.outlineWidth),
+                   composer: !!e.closest('#composer') }; }""")
+        if focused["tag"] in ("BODY", "HTML") or focused["composer"]:
+            continue  # the prompt box shows its focus with its whole border
+        seen.add(focused["tag"])
+        assert focused["outline"] == "solid" and focused["width"] >= 2, focused
+    assert "BUTTON" in seen, seen

@@ -177,6 +177,16 @@ def test_terminal_follows_the_session_and_escape_stays_in_it(live, page):
     expect(rows).to_contain_text("^[")
     page.keyboard.press("Control+D")
     expect(page.locator("#session-status")).to_have_text("running")
+    # Tab stays in the shell; Shift+Escape is the keyboard's way out, to the prompt box.
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.closest('#terminal-screen') !== null")
+    page.keyboard.press("Shift+Escape")
+    expect(page.locator("#prompt")).to_be_focused()
+    shown = page.locator("#composer").evaluate(  # and the focus shows where it went: the box's accent border
+        "(box) => { const probe = document.createElement('i'); probe.style.color = 'var(--accent)';"
+        " document.body.append(probe); const accent = getComputedStyle(probe).color; probe.remove();"
+        " return [getComputedStyle(box).borderTopColor, accent]; }")
+    assert shown[0] == shown[1], shown
     assert live.api("sessions_read", ident=second["id"])["status"] == "running"
     assert violations() == []
 
