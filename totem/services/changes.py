@@ -28,7 +28,7 @@ import json
 import logging
 import os
 from collections.abc import Awaitable, Callable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from totem.errors import BadRequest, Conflict, NotFound, StorageFull, out_of_space
 from totem.events import DiffUpdated, SessionUpdated
@@ -47,6 +47,7 @@ MAX_SAVE_BYTES = file_io.MAX_WRITE_BYTES
 
 log = logging.getLogger("totem.changes")
 T = TypeVar("T")
+Side = Literal["before", "after"]  # the content of a snapshot row before its change, or after it
 
 
 class Changes:
@@ -337,13 +338,13 @@ def _finish_save(root: str, relative: str, want: str) -> bool:
     return disk_digest(root, relative) == want
 
 
-def _targets(rows: list[SnapshotRow], want: str, expect: str) -> list[dict[str, Any]]:
+def _targets(rows: list[SnapshotRow], want: Side, expect: Side) -> list[dict[str, Any]]:
     """Per path, in the order first changed: the content before its first change and what its
     last change left."""
     targets: dict[str, dict[str, Any]] = {}
     for row in rows:
-        target = targets.setdefault(row["path"], {"path": row["path"], "want": row[want]})  # type: ignore[literal-required]
-        target["expect"] = row[expect]  # type: ignore[literal-required]
+        target = targets.setdefault(row["path"], {"path": row["path"], "want": row[want]})
+        target["expect"] = row[expect]
     return list(targets.values())
 
 
