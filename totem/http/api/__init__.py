@@ -14,10 +14,9 @@ never builds an error body.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from totem.errors import MethodNotAllowed, NotFound
 from totem.http.api.contract import ANY, MAX_ID_CHARS, NO_QUERY, Schema
@@ -112,7 +111,14 @@ def success(value: Any) -> dict[str, Any]:
     return {"success": True, "value": value}
 
 
-def build_table(*modules: ModuleType) -> dict[str, Action]:
+class Declared(Protocol):
+    """What declares actions: a module of the API, or a part of one (its ACTIONS)."""
+
+    @property
+    def ACTIONS(self) -> Sequence[Action]: ...  # the constant of each module
+
+
+def build_table(*modules: Declared) -> dict[str, Action]:
     """The action table from the ACTIONS of each module; names must be unique, and every input
     schema one that totem/schema.py validates (a typo fails here, not silently). Raises
     ValueError."""
