@@ -359,6 +359,11 @@ class AvailableTest(ProvidersCase):
         self.assertEqual([e["name"] for e in answer.json()], ["url", "kind"])
         answer = await self.ask("providers_available", {"id": "nope"})
         self.assertEqual(answer.status, 404)
+        # An optional field that is null is absent: url and kind must still be there.
+        for given, missing in (({"url": None, "kind": "openai"}, "url"), ({"url": self.model.url, "kind": None}, "kind")):
+            answer = await self.ask("providers_available", given)
+            self.assertEqual(answer.status, 400, given)
+            self.assertEqual([e["name"] for e in answer.json()], [missing], given)
         answer = await self.ask("providers_available", method="GET")
         self.assertEqual(answer.status, 405)
 

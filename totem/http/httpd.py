@@ -38,6 +38,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from http import HTTPStatus
+from typing import Any
 from urllib.parse import parse_qsl, unquote
 
 from totem.errors import ApiError, BadRequest, UnsupportedMediaType, error_body
@@ -243,7 +244,7 @@ class Request:
                 self._body = await self._connection.read_exact(self.content_length)
         return self._body
 
-    async def json(self):
+    async def json(self) -> Any:
         """The body parsed as JSON (once: the raw body is dropped after it).
 
         Raises UnsupportedMediaType (415, before the body is read) unless the request has one

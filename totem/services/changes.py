@@ -28,7 +28,7 @@ import json
 import logging
 import os
 from collections.abc import Awaitable, Callable, Iterator
-from typing import TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from totem.errors import BadRequest, Conflict, NotFound, StorageFull, out_of_space
 from totem.events import DiffUpdated, SessionUpdated
@@ -38,22 +38,28 @@ from totem.store import Store, session_view
 from totem.tools import NoSpace, ToolError, files as file_io
 from totem.workspace.snapshots import Prior, Restored, RestorePlan, Scope, Snapshots, content_hash, disk_digest
 
+if TYPE_CHECKING:
+    from totem.agent.loop import Runs
+    from totem.events import Hub
+    from totem.process.jobs import Jobs
+
 MAX_SAVE_BYTES = file_io.MAX_WRITE_BYTES
 
 log = logging.getLogger("totem.changes")
 T = TypeVar("T")
+Side = Literal["before", "after"]  # the content of a snapshot row before its change, or after it
 
 
 class Changes:
     """What the agent changed in the files of a session, and taking it back."""
 
-    def __init__(self, store: Store, hub, snapshots: Snapshots, runs, jobs=None,
+    def __init__(self, store: Store, hub: Hub, snapshots: Snapshots, runs: Runs, jobs: Jobs | None = None,
                  pinned: Callable[[str, str], Awaitable[dict[str, str]]] | None = None):
         self.store = store
         self.hub = hub
         self.snapshots = snapshots
-        self.runs = runs  # agent.loop.Runs: whether a session runs, its waiting questions
-        self.jobs = jobs  # jobs.Jobs: a job still running may change files after the undo
+        self.runs = runs  # whether a session runs, its waiting questions
+        self.jobs = jobs  # a job still running may change files after the undo
         # (projectid, root) -> {path: server}: the files that approved MCP servers run (the gate's)
         self.pinned = pinned
         self._busy: set[str] = set()  # sessions with an undo, redo or Save as under way
@@ -76,7 +82,7 @@ class Changes:
 
     # -- reading ----------------------------------------------------------------------------
 
-    async def diff(self, sessionid: str) -> list[dict]:
+    async def diff(self, sessionid: str) -> list[dict[str, Any]]:
         """`[{path, status, additions, deletions, patch, changes}]`: each file the session
         changed (and that differs now), from before its first change to the disk now, with the
         audit of each change: who asked (message, part, tool), what allowed it, when, and what
@@ -94,9 +100,9 @@ class Changes:
             entry["changes"] = audit.get(entry["path"], [])
         return files
 
-    async def _audit(self, rows: list[SnapshotRow]) -> dict[str, list[dict]]:
+    async def _audit(self, rows: list[SnapshotRow]) -> dict[str, list[dict[str, Any]]]:
         parts = await self.store.get_parts(sorted({row["partid"] for row in rows if row["partid"]}))
-        audit: dict[str, list[dict]] = {}
+        audit: dict[str, list[dict[str, Any]]] = {}
         for row in rows:
             part = parts.get(row["partid"] or "")
             data = part["data"] if part else {}
@@ -112,7 +118,7 @@ class Changes:
 
     # -- undo and redo ----------------------------------------------------------------------
 
-    async def undo(self, sessionid: str, messageid: str, force: bool = False) -> dict:
+    async def undo(self, sessionid: str, messageid: str, force: bool = False) -> dict[str, Any]:
         """Take back a message and the later ones: their files restored (conflicts listed, not
         clobbered unless `force`), the messages marked reverted, a redo kept. Undo again of a
         message the last undo took back tries again the files it did not restore (conflicts,
@@ -142,7 +148,7 @@ class Changes:
         return {"messageid": messageid, "reverted": taken, "restored": done.restored,
                 "conflicts": done.conflicts, "lost": done.lost}
 
-    async def redo(self, sessionid: str, force: bool = False) -> dict:
+    async def redo(self, sessionid: str, force: bool = False) -> dict[str, Any]:
         """Put back what the last undo took away; the files left in conflict (not `force`)
         remain to redo. Raises NotFound, BadRequest (nothing to redo), Conflict (the session
         runs)."""
@@ -159,7 +165,8 @@ class Changes:
         return {"messages": redo["messages"], "restored": done.restored, "conflicts": done.conflicts,
                 "lost": done.lost}
 
-    async def _restore(self, sessionid: str, journal: dict, targets: list[dict], force: bool) -> Restored:
+    async def _restore(self, sessionid: str, journal: dict[str, Any], targets: list[dict[str, Any]],
+                       force: bool) -> Restored:
         """Restore as a transaction: the plan is stored as the session's journal before the first
         file is touched, and the outcome recorded with the journal cleared in one write, so that
         a kill at any instant is completed by the next start (`recover`)."""
@@ -174,7 +181,7 @@ class Changes:
         self._announce(sessionid, row, done.restored)
         return done
 
-    async def _record(self, sessionid: str, journal: dict, done: Restored,
+    async def _record(self, sessionid: str, journal: dict[str, Any], done: Restored,
                       recovered: str | None = None) -> SessionRow | None:
         """Store what an undo or redo did (the messages taken back or put back, the next redo)."""
         if journal["kind"] == "undo":
@@ -200,7 +207,7 @@ class Changes:
                 log.exception("cannot complete the interrupted %s of session %s", journal.get("kind"), sessionid)
         return len(pending)
 
-    async def _complete(self, sessionid: str, journal: dict) -> None:
+    async def _complete(self, sessionid: str, journal: dict[str, Any]) -> None:
         projectid, root, kind = journal["projectid"], journal["root"], journal["kind"]
         if kind == "saveas":
             await self._complete_save(sessionid, journal)
@@ -223,7 +230,8 @@ class Changes:
 
     # -- Save as ----------------------------------------------------------------------------
 
-    async def save_as(self, sessionid: str, messageid: str, path: str, text: str, replace: bool = False) -> dict:
+    async def save_as(self, sessionid: str, messageid: str, path: str, text: str,
+                      replace: bool = False) -> dict[str, Any]:
         """The person saves a code block of a message as a file: `{path, created, bytes}`. The
         old content is kept, for Undo of that message. Raises NotFound, BadRequest (a message
         taken back by an undo; outside, .git, a secret file, a folder, too big), Conflict (the
@@ -290,7 +298,7 @@ class Changes:
         except ToolError as exc:
             raise BadRequest(("path", str(exc))) from None
 
-    async def _complete_save(self, sessionid: str, journal: dict) -> None:
+    async def _complete_save(self, sessionid: str, journal: dict[str, Any]) -> None:
         """A Save as a kill interrupted: its change recorded when it landed (unless it was),
         its temporary file removed."""
         root, relative = journal["root"], journal["path"]
@@ -330,15 +338,16 @@ def _finish_save(root: str, relative: str, want: str) -> bool:
     return disk_digest(root, relative) == want
 
 
-def _targets(rows: list[SnapshotRow], want: str, expect: str) -> list[dict]:
+def _targets(rows: list[SnapshotRow], want: Side, expect: Side) -> list[dict[str, Any]]:
     """Per path, in the order first changed: the content before its first change and what its
     last change left."""
-    targets: dict[str, dict] = {}
+    targets: dict[str, dict[str, Any]] = {}
     for row in rows:
-        target = targets.setdefault(row["path"], {"path": row["path"], "want": row[want]})  # type: ignore[literal-required]
-        target["expect"] = row[expect]  # type: ignore[literal-required]
+        target = targets.setdefault(row["path"], {"path": row["path"], "want": row[want]})
+        target["expect"] = row[expect]
     return list(targets.values())
 
 
-def _want(targets: list[dict], path: str) -> str | None:
-    return next(target["want"] for target in targets if target["path"] == path)
+def _want(targets: list[dict[str, Any]], path: str) -> str | None:
+    want: str | None = next(target["want"] for target in targets if target["path"] == path)
+    return want

@@ -28,7 +28,7 @@ class Jobs:
         await self.rows.get(sessionid)
         return self.jobs.list(sessionid)
 
-    async def stop(self, sessionid: str, jobid: str) -> dict:
+    async def stop(self, sessionid: str, jobid: str) -> dict[str, Any]:
         """Stop a job (its whole process group); returns the job. Raises NotFound (session or
         job), Forbidden in Plan mode, where nothing is run or stopped."""
         session = await self.rows.get(sessionid)

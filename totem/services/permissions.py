@@ -11,16 +11,21 @@ stores them; the decision is the gate's and permissions.py's. Raises the errors 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from totem.agent.rules import SavedRules
 from totem.errors import BadRequest, NotFound
 from totem.rows import RuleRow
 from totem.security.permissions import ToolKind, default_rules, rule_problems
 
+if TYPE_CHECKING:
+    from totem.agent.loop import Runs
+    from totem.services.projects import Projects
+
 Patterns = list[str]  # named here, since `Permissions.list` hides the builtin inside the class
 
 
-def rule_view(row: RuleRow, layer: str) -> dict:
+def rule_view(row: RuleRow, layer: str) -> dict[str, Any]:
     return {"id": row["id"], "tool": row["tool"], "pattern": row["pattern"], "action": row["action"],
             "layer": layer, "projectid": row.get("projectid"), "removable": True}
 
@@ -28,17 +33,17 @@ def rule_view(row: RuleRow, layer: str) -> dict:
 class Permissions:
     """The rules people keep, and their replies to the gate's questions."""
 
-    def __init__(self, rules: SavedRules, kinds: Callable[[], Mapping[str, ToolKind]], projects, runs):
+    def __init__(self, rules: SavedRules, kinds: Callable[[], Mapping[str, ToolKind]], projects: Projects, runs: Runs):
         self.rules = rules
         self.kinds = kinds  # () -> the tools a rule may name, with their declarations (the registry's)
-        self.projects = projects  # projects.Projects: a project's rules need the project
-        self.runs = runs  # agent.loop.Runs: the questions that wait
+        self.projects = projects  # a project's rules need the project
+        self.runs = runs  # the questions that wait
 
     def tools(self) -> Mapping[str, ToolKind]:
         """What a rule may name: each tool of the registry, with the kind of its subject."""
         return self.kinds()
 
-    async def list(self, projectid: str | None = None) -> list[dict]:
+    async def list(self, projectid: str | None = None) -> list[dict[str, Any]]:
         """Every rule a call of the project is decided under, layer by layer (the project's,
         the global saved ones, config.ini's, the defaults); without `projectid`, the global
         ones and the defaults. Raises NotFound (no such project)."""
@@ -53,7 +58,7 @@ class Permissions:
         rules += [rule.to_dict() | {"projectid": None, "removable": False} for rule in default_rules()]
         return rules
 
-    async def save(self, scope: str, projectid: str | None, tool: str, pattern: str, action: str) -> dict:
+    async def save(self, scope: str, projectid: str | None, tool: str, pattern: str, action: str) -> dict[str, Any]:
         """Save a rule of a project (`scope` project) or a global one; the same tool and pattern
         replaces the old action. Raises BadRequest (a project rule without a project, a global
         one with one, an unknown tool, a pattern the tool cannot match), NotFound (no such

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
 from totem.errors import NotFound
 from totem.mcp.definitions import ServerDefinition, offered_servers
@@ -28,7 +29,7 @@ class ProjectServersService:
         self.forge = forge  # Forge's MCP server (forgemcp), offered to Total.js projects
         self.scrubber = scrubber  # () -> the current vault.Scrubber: a variable holding a key is masked
 
-    async def list(self, projectid: str, sessionid: str | None = None) -> dict:
+    async def list(self, projectid: str, sessionid: str | None = None) -> dict[str, Any]:
         """`{servers: [...], invalid: [{file, error, server?}]}`. Raises NotFound for an unknown
         project, or a session that is not one of the project's."""
         project = await self.store.get_project(projectid)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from totem.errors import ApiError, BadRequest, NotFound
 from totem.rows import ProjectRow
@@ -26,6 +26,10 @@ from totem.tools.files import is_temp_name
 from totem.workspace import worktrees
 from totem.workspace.git import GitError, folder_status
 
+if TYPE_CHECKING:
+    from totem.services.sessions import Sessions
+    from totem.workspace.snapshots import Snapshots
+
 __all__ = ["HIDDEN_IN_TREE", "MAX_TREE_ITEMS", "Projects", "project_view"]
 
 MAX_TREE_ITEMS = 1000
@@ -34,16 +38,17 @@ GIT_FAILED_STATUS = 502  # git itself failed: the folder is fine, the tool we de
 
 LeftOver = list[dict[str, Any]]  # module level: `Projects.list` hides the builtin in the class
 
-Places = list[dict]  # named here, since `Projects.list` hides the builtin inside the class
+Places = list[dict[str, Any]]  # named here, since `Projects.list` hides the builtin inside the class
 
 
 class Projects:
     """The folders that Totem works in."""
 
-    def __init__(self, store: Store, sessions, snapshots=None, data_dir: str | None = None):
+    def __init__(self, store: Store, sessions: Sessions, snapshots: Snapshots | None = None,
+                 data_dir: str | None = None):
         self.store = store
-        self.sessions = sessions  # sessions.Sessions, for the cascade of a removal
-        self.snapshots = snapshots  # snapshots.Snapshots: a forgotten project's kept contents go
+        self.sessions = sessions  # for the cascade of a removal
+        self.snapshots = snapshots  # a forgotten project's kept contents go
         self.data_dir = data_dir  # where session worktrees are (<data>/worktrees)
         self.listing = ProjectList(store)  # the App answers Projects|list with one before the core
 
@@ -54,7 +59,7 @@ class Projects:
             raise NotFound(("id", f"no project {projectid}"))
         return project
 
-    async def list(self) -> list[dict]:
+    async def list(self) -> list[dict[str, Any]]:
         """Every project, the most recently opened first, each with `totaljs` (and
         `totaljsversion`, 4, 5 or None): whether it is a Total.js project (project_list.py)."""
         return await self.listing.list()
@@ -91,7 +96,7 @@ class Projects:
             self.sessions.announce_removed(session)
         return project["id"]
 
-    async def files(self, projectid: str, path: str = "", sessionid: str | None = None) -> dict:
+    async def files(self, projectid: str, path: str = "", sessionid: str | None = None) -> dict[str, Any]:
         """One level of the file tree: `{path, items: [{name, path, type, size, protected}],
         more}`, `.git` left out, at most MAX_TREE_ITEMS items; with `sessionid`, of the folder
         where that session works (its worktree when it has one). Raises NotFound, BadRequest
@@ -124,7 +129,7 @@ class Projects:
             return session["worktree"]
         return project["path"]
 
-    async def commands(self, projectid: str, sessionid: str | None = None) -> dict:
+    async def commands(self, projectid: str, sessionid: str | None = None) -> dict[str, Any]:
         """`{commands: [{name, file, description, model, mode, agent, arguments}], agents: [{name,
         file, description, model, mode, tools}], invalid: [{file, error}]}`: the `.totem/commands`
         and `.totem/agents` of the project (of the folder a session works in, with `sessionid`);
@@ -136,7 +141,7 @@ class Projects:
         )
         return (await asyncio.to_thread(project_commands.read_listing, root)).view()
 
-    async def git(self, projectid: str) -> dict:
+    async def git(self, projectid: str) -> dict[str, Any]:
         """`{repository, branch, files: [{path, status, staged}], more}` of the folder. Raises
         NotFound, ApiError 502 when git fails."""
         project = await self.get(projectid)
@@ -191,7 +196,7 @@ def _check_folder(path: str) -> str:
     return real
 
 
-def _entry_view(root: str, folder: str, entry: os.DirEntry) -> dict:
+def _entry_view(root: str, folder: str, entry: os.DirEntry[str]) -> dict[str, Any]:
     """One entry of the tree. `protected`: a secret file that the agent asks for and search
     skips, by its own name, by the name a link leads to, or a folder whose files all are."""
     path = relative_path(root, os.path.join(folder, entry.name))
@@ -214,7 +219,7 @@ def _entry_view(root: str, folder: str, entry: os.DirEntry) -> dict:
             "size": info.st_size if kind == "file" else 0, "protected": protected}
 
 
-def _list_tree(root: str, folder: str) -> tuple[list[dict], bool]:
+def _list_tree(root: str, folder: str) -> tuple[list[dict[str, Any]], bool]:
     with os.scandir(folder) as entries:
         # Totem's own temporary files of a write in progress are no files of the project.
         items = [_entry_view(root, folder, entry) for entry in entries

@@ -12,10 +12,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+from typing import TYPE_CHECKING, Any
 
 from totem.agent.loop import RunRefused
 from totem.agent.providers import ModelError
-from totem.errors import BadRequest
+from totem.errors import BadRequest, NotFound
 from totem.events import SessionUpdated
 from totem.rows import ProjectRow, SessionRow
 from totem.security.boundary import session_root
@@ -23,19 +24,27 @@ from totem.services.prompt_plan import PromptPlan, PromptRequest, SessionState, 
 from totem.services.session_rows import SessionRows
 from totem.store import Store, session_view
 
+if TYPE_CHECKING:
+    from totem.agent.loop import Runs
+    from totem.agent.providers import Providers
+    from totem.events import Hub
+    from totem.services.settings import Settings
+    from totem.workspace.commands import Choice
+
 
 class Prompts:
     """Carries out the plan of each prompt."""
 
-    def __init__(self, rows: SessionRows, store: Store, hub, runs, providers, settings=None):
+    def __init__(self, rows: SessionRows, store: Store, hub: Hub, runs: Runs, providers: Providers,
+                 settings: Settings | None = None):
         self.rows = rows
         self.store = store
         self.hub = hub
-        self.runs = runs  # agent.loop.Runs: what runs, and the door a prompt goes through
-        self.providers = providers  # agent.providers.Providers, to check a model reference
-        self.settings = settings  # settings_service.Settings: the limits a run reads when it starts
+        self.runs = runs  # what runs, and the door a prompt goes through
+        self.providers = providers  # to check a model reference
+        self.settings = settings  # the limits a run reads when it starts
 
-    async def send(self, sessionid: str, request: PromptRequest) -> dict:
+    async def send(self, sessionid: str, request: PromptRequest) -> dict[str, Any]:
         """`{messageid}`, with `queued` or `steered` while a run goes on (Runs.send). Raises
         NotFound, BadRequest."""
         session = await self.rows.get(sessionid)
@@ -55,18 +64,20 @@ class Prompts:
             raise BadRequest((plan.model_blame, exc.message)) from None
         return await self._carry_out(plan, session, project)
 
-    async def _carry_out(self, plan: PromptPlan, session: SessionRow, project: ProjectRow | None) -> dict:
+    async def _carry_out(self, plan: PromptPlan, session: SessionRow, project: ProjectRow | None) -> dict[str, Any]:
         if plan.drop_reverted and await self.store.drop_reverted(session["id"]):
             row = await self.rows.get(session["id"])
             self.hub.publish(SessionUpdated(row["id"], session_view(row)))
         try:
             limits = await self.settings.values(session["projectid"], session["id"]) if self.settings else None
-            return await self.runs.send(session, project, plan.prompt(), limits, steer=plan.steer)
+            if project is None:  # removed since the session was read (its sessions go with it)
+                raise NotFound(("id", f"no project of session {session['id']}"))
+            return await self.runs.send(dict(session), dict(project), plan.prompt(), limits, steer=plan.steer)
         except RunRefused as exc:
             raise BadRequest(("session", str(exc))) from None
 
 
-async def _expand(session: SessionRow, project: ProjectRow, request: PromptRequest):
+async def _expand(session: SessionRow, project: ProjectRow, request: PromptRequest) -> Choice:
     """The project command and agent of a prompt, read from the folder the session works in.
     Raises BadRequest naming the field (no such file, an invalid one, a bad `@path`)."""
     from totem.workspace import (

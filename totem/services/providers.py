@@ -12,11 +12,15 @@ parses HTTP and never imports `api`, `httpd`, `websocket` or `routes`.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from totem.agent.provider_errors import KIND_AUTH, ProviderError
 from totem.errors import BadRequest, NotFound
 from totem.security.vault import Scrubber, VaultError, secrets_of
+
+if TYPE_CHECKING:
+    from totem.agent.providers import Models, Providers
+    from totem.config import Config
 
 __all__ = ["ProvidersService"]
 
@@ -28,8 +32,8 @@ ModelIds = list[str]
 class ProvidersService:
     """The model providers of one Totem, and the scrubber that their keys make."""
 
-    def __init__(self, providers, config):
-        self.providers = providers  # agent.providers.Providers: rows, keys, model lists
+    def __init__(self, providers: Providers, config: Config):
+        self.providers = providers  # rows, keys, model lists
         self.config = config
         self._scrubber = Scrubber.empty()  # the real one is built by refresh_scrubber()
 
@@ -58,7 +62,7 @@ class ProvidersService:
         return await self.providers.list()
 
     async def save(self, providerid: str | None, name: str, kind: str, url: str, key: str | None,
-                   models: ModelIds | None) -> dict:
+                   models: ModelIds | None) -> dict[str, Any]:
         """Create a provider, or change the one of `providerid`. `key` None keeps the stored key,
         "" removes it. Output is scrubbed of the new key from the moment this returns. Returns
         the provider without its key. Raises NotFound."""
@@ -83,7 +87,7 @@ class ProvidersService:
         return await self.providers.detect()
 
     async def available(self, providerid: str | None, url: str | None, kind: str | None,
-                        key: str | None) -> Rows:
+                        key: str | None) -> Models:
         """Every model that a provider offers: the one of `url`, `kind` and `key`, or the saved
         one of `providerid` (its stored key is used; `url`, `kind` and `key` given beside it
         override the stored ones). Raises NotFound, BadRequest (a stored key that cannot be
@@ -98,6 +102,8 @@ class ProvidersService:
             row, stored_key = stored
             url, kind = url or row["url"], kind or row["kind"]
             key = stored_key if key is None else key
+        if url is None or kind is None:  # null is taken as absent
+            raise BadRequest(("url" if url is None else "kind", "is required without the id of a saved provider"))
         try:
             return await self.providers.available(url, kind, key or None)
         except ProviderError as exc:
@@ -105,7 +111,7 @@ class ProvidersService:
         except ValueError as exc:  # a stored URL or key that a request cannot carry
             raise BadRequest(("url", f"the provider cannot be called: {exc}")) from None
 
-    async def catalog(self) -> dict:
+    async def catalog(self) -> dict[str, Any]:
         """`{providers: [{id, name, kind, icon, error}], models: [...]}`."""
         return await self.providers.catalog()
 

@@ -14,13 +14,19 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from totem.errors import ApiError, BadRequest, NotFound
 from totem.events import SessionUpdated
 from totem.rows import ScheduleRow
 from totem.scheduler import Scheduler, next_run, zone_name
 from totem.store import Store, session_view
+
+if TYPE_CHECKING:
+    from totem.agent.providers import Providers
+    from totem.events import Hub
+    from totem.services.sessions import Sessions
 
 KINDS = ("interval", "daily")
 MIN_INTERVAL_MINUTES, MAX_INTERVAL_MINUTES = 1, 7 * 24 * 60
@@ -35,11 +41,12 @@ Schedule = dict[str, Any]
 class Schedules:
     """The scheduled prompts of every project."""
 
-    def __init__(self, store: Store, hub, sessions, providers, clock=time.time):
+    def __init__(self, store: Store, hub: Hub, sessions: Sessions, providers: Providers,
+                 clock: Callable[[], float] = time.time):
         self.store = store
         self.hub = hub
-        self.sessions = sessions  # sessions.Sessions: a run is a session and a prompt
-        self.providers = providers  # agent.providers.Providers, to check the model
+        self.sessions = sessions  # a run is a session and a prompt
+        self.providers = providers  # to check the model
         self.clock = clock
         self.scheduler = Scheduler(self.due, self.run_due, clock)
 
@@ -76,7 +83,7 @@ class Schedules:
 
     # -- changing ---------------------------------------------------------------------------
 
-    async def save(self, fields: dict, scheduleid: str | None = None) -> Schedule:
+    async def save(self, fields: dict[str, Any], scheduleid: str | None = None) -> Schedule:
         """Create (no id) or change a schedule; the scheduler looks again. Raises NotFound,
         BadRequest naming each field that is wrong."""
         old = await self.get(scheduleid) if scheduleid else None
@@ -113,7 +120,7 @@ class Schedules:
         self.scheduler.changed()
         return row["id"]
 
-    async def run_now(self, scheduleid: str) -> dict:
+    async def run_now(self, scheduleid: str) -> dict[str, Any]:
         """Run a schedule at once (its next time stays); `{sessionid}`. Raises NotFound,
         BadRequest (its previous run still goes on, or the prompt is refused)."""
         row = await self.get(scheduleid)

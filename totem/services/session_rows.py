@@ -7,11 +7,14 @@ that each raises the same NotFound and shows a session the same way. Reads only.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from totem.errors import NotFound
 from totem.rows import ProjectRow, SessionRow
 from totem.store import Store, session_view
+
+if TYPE_CHECKING:
+    from totem.agent.loop import Runs
 
 # The status of a session whose run ended without its end stored.
 UNSTORED_END = "the run ended, but its end could not be stored (is the disk full?)"
@@ -22,9 +25,9 @@ Session = dict[str, Any]
 class SessionRows:
     """Reads sessions for the services, over the store and the runs (which say what runs)."""
 
-    def __init__(self, store: Store, runs):
+    def __init__(self, store: Store, runs: Runs):
         self.store = store
-        self.runs = runs  # agent.loop.Runs: whether a session runs, the questions that wait in it
+        self.runs = runs  # whether a session runs, the questions that wait in it
 
     async def get(self, sessionid: str) -> SessionRow:
         """The stored row of a session. Raises NotFound."""

@@ -13,6 +13,8 @@ imports `api`, `httpd`, `websocket` or `routes`; it reaches the loop only throug
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from totem.agent.loop import REASONING_LEVELS, RunRefused
 from totem.errors import BadRequest, NotFound
 from totem.events import SessionUpdated
@@ -24,6 +26,11 @@ from totem.services.session_rows import UNSTORED_END, Session, SessionRows
 from totem.services.terminal import Terminal
 from totem.services.worktrees import Worktrees
 from totem.store import Store, session_view
+
+if TYPE_CHECKING:
+    from totem.agent.loop import Runs
+    from totem.events import Hub
+    from totem.security.sandbox import Sandbox
 
 __all__ = ["DEFAULT_SESSION_NAME", "DEFAULT_SESSION_PAGE", "MODES", "REASONING_LEVELS", "UNSTORED_END", "Sessions"]
 
@@ -41,17 +48,17 @@ Attachments = list[Attachment]  # (name, media type, content) of each file
 class Sessions:
     """The conversations of the projects, and what runs in them."""
 
-    def __init__(self, rows: SessionRows, store: Store, hub, runs, prompts: Prompts, worktrees: Worktrees,
-                 jobs: Jobs, terminal: Terminal, sandbox=None):
+    def __init__(self, rows: SessionRows, store: Store, hub: Hub, runs: Runs, prompts: Prompts, worktrees: Worktrees,
+                 jobs: Jobs, terminal: Terminal, sandbox: Sandbox | None = None):
         self.rows = rows
         self.store = store
         self.hub = hub
-        self.runs = runs  # agent.loop.Runs, through abort, compaction and the questions
+        self.runs = runs  # through abort, compaction and the questions
         self.prompts = prompts  # the executor of each prompt's plan
         self.worktrees = worktrees  # a session's own git worktree: made with it, dropped with it
         self.jobs = jobs  # a removed session's jobs stop with it
         self.terminal = terminal  # and its shell
-        self.sandbox = sandbox  # sandbox.Sandbox: a removed session's temp folder goes with it
+        self.sandbox = sandbox  # a removed session's temp folder goes with it
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -69,7 +76,8 @@ class Sessions:
         row = await self.get(sessionid)
         return self.view(row) | {"tokens": await self.store.session_tokens(row["id"])}
 
-    async def list(self, projectid: str, limit: int = DEFAULT_SESSION_PAGE, before: str | None = None) -> dict:
+    async def list(self, projectid: str, limit: int = DEFAULT_SESSION_PAGE,
+                   before: str | None = None) -> dict[str, Any]:
         """`{sessions, more}`: a page of at most `limit` sessions of a project, the most recently
         changed first, after the session `before` (the last of the page before). Raises NotFound
         (no such project), BadRequest (`before` names no session of the project)."""
@@ -81,7 +89,7 @@ class Sessions:
         rows, more = page
         return {"sessions": [self.view(row) for row in rows], "more": more}
 
-    async def messages(self, sessionid: str, before: str | None, limit: int) -> dict:
+    async def messages(self, sessionid: str, before: str | None, limit: int) -> dict[str, Any]:
         """`{messages, more}`: the newest `limit` messages older than `before`, oldest first,
         with their parts, and no more than MESSAGE_PAGE_BYTES hold (but at least one). Raises
         NotFound."""
@@ -89,7 +97,7 @@ class Sessions:
         messages, more = await self.store.list_messages(sessionid, before, limit, MESSAGE_PAGE_BYTES)
         return {"messages": messages, "more": more}
 
-    async def todos(self, sessionid: str) -> dict:
+    async def todos(self, sessionid: str) -> dict[str, Any]:
         """`{items}`: the task list. Raises NotFound."""
         await self.get(sessionid)
         return {"items": await self.store.get_todos(sessionid)}
@@ -163,12 +171,13 @@ class Sessions:
         """
         request = PromptRequest(text, model, mode, autoaccept, reasoning, tuple(attachments or ()),
                                 scheduled=scheduled, wait=False)
-        return (await self.prompts.send(sessionid, request))["messageid"]
+        messageid: str = (await self.prompts.send(sessionid, request))["messageid"]
+        return messageid
 
     async def send(self, sessionid: str, text: str = "", *, model: str | None = None, mode: str | None = None,
                    autoaccept: bool | None = None, reasoning: str | None = None,
                    attachments: Attachments | None = None, steer: bool = False, command: str | None = None,
-                   arguments: str | None = None, agent: str | None = None) -> dict:
+                   arguments: str | None = None, agent: str | None = None) -> dict[str, Any]:
         """A prompt of the person, also while the session runs: `{messageid}` when it starts a
         run; during one, `{messageid, queued: true}` (it runs when the current run ends, and
         Sessions|unqueue takes it back until then) or with `steer`, `{messageid, steered: true}`
@@ -213,8 +222,10 @@ class Sessions:
         if not await self.store.count_messages(session["id"]):
             raise BadRequest(("session", "there is nothing to compact yet"))
         project = await self.store.get_project(session["projectid"])
+        if project is None:  # removed since the session was read (its sessions go with it)
+            raise NotFound(("id", f"no project of session {session['id']}"))
         try:
-            await self.runs.start_compaction(dict(session), project, session["model"])
+            await self.runs.start_compaction(dict(session), dict(project), session["model"])
         except RunRefused as exc:
             raise BadRequest(("session", str(exc))) from None
         return session["id"]

@@ -9,7 +9,7 @@ Must not: parse HTTP, or let a key outside `settings.KEYS` change at run time.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from totem import settings
 from totem.errors import BadRequest, NotFound
@@ -17,13 +17,16 @@ from totem.process import runner
 from totem.store import Store
 from totem.tools import bash
 
+if TYPE_CHECKING:
+    from totem.config import Config
+
 SCOPES = ("all", "project", "session")
 # The type each key shows in Settings|read (a list: of absolute paths).
 TYPE_NAMES = {int: "integer", float: "number", bool: "boolean", list: "paths"}
 
 
 class Settings:
-    def __init__(self, store: Store, config):
+    def __init__(self, store: Store, config: Config):
         self.store = store
         self.config_layer = settings.defaults(config, runner.DEFAULT_TIMEOUT_S, bash.OUTPUT_CAP_BYTES)
 

@@ -7,6 +7,8 @@ shell's refusals into the errors of `errors.py`.
 
 from __future__ import annotations
 
+from typing import Any
+
 from totem.errors import BadRequest
 from totem.process.terminal import TerminalError, Terminals
 from totem.security.boundary import session_root
@@ -20,7 +22,7 @@ class Terminal:
         self.rows = rows
         self.terminals = terminals
 
-    async def open(self, sessionid: str, start: bool, columns: int, rows: int) -> dict:
+    async def open(self, sessionid: str, start: bool, columns: int, rows: int) -> dict[str, Any]:
         """`{status: none|running|exited, output}`: reattach to the session's shell, with its
         scrollback, or start one in the session's folder when `start`. Raises NotFound,
         BadRequest (the shell cannot start)."""
@@ -48,7 +50,7 @@ class Terminal:
             raise BadRequest(("session", str(exc))) from None
         return session["id"]
 
-    async def stop(self, sessionid: str) -> dict:
+    async def stop(self, sessionid: str) -> dict[str, Any]:
         """End the shell (hang-up, then kill of its group); `{status, output, exit}`."""
         session = await self.rows.get(sessionid)
         try:

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from totem.errors import BadRequest, NotFound
 from totem.store import Store
+
+if TYPE_CHECKING:
+    from totem.config import Config
 
 MCP_TOKEN_BYTES = 32
 MAX_MCP_TOKENS = 100
@@ -20,7 +24,7 @@ MAX_MCP_TOKENS = 100
 class McpTokens:
     """The tokens that reach only the MCP route: config.ini's `mcptoken`, and those made here."""
 
-    def __init__(self, store: Store, config, digest: Callable[[str], str]):
+    def __init__(self, store: Store, config: Config, digest: Callable[[str], str]):
         self.store = store
         self.config = config
         self.digest = digest  # token -> what is stored of it (auth.mcp_token_digest)
@@ -29,12 +33,12 @@ class McpTokens:
         """Whether some MCP-only token exists (config.ini's or one made here)."""
         return bool(self.config.mcptoken) or bool(await self.store.list_mcp_tokens())
 
-    async def list(self) -> dict:
+    async def list(self) -> dict[str, Any]:
         """`{tokens: [{id, name, created}], config}`: the tokens made here, never the token,
         and whether config.ini has one."""
         return {"tokens": await self.store.list_mcp_tokens(), "config": bool(self.config.mcptoken)}
 
-    async def create(self, name: str) -> dict:
+    async def create(self, name: str) -> dict[str, Any]:
         """A new MCP-only token: answered once, with its id and name; only its digest is kept.
         Raises BadRequest (MAX_MCP_TOKENS made already)."""
         if len(await self.store.list_mcp_tokens()) >= MAX_MCP_TOKENS:

@@ -10,6 +10,7 @@ to merge) and the events after a change. It raises the errors of `errors.py`.
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING, Any
 
 from totem.errors import ApiError, BadRequest, Conflict, NotFound
 from totem.events import SessionUpdated
@@ -20,15 +21,19 @@ from totem.store import Store, session_view
 from totem.workspace import worktrees
 from totem.workspace.git import GitError, folder_status
 
+if TYPE_CHECKING:
+    from totem.agent.loop import Runs
+    from totem.events import Hub
+
 
 class Worktrees:
     """The git worktrees that sessions work in (<data>/worktrees/<sessionid>)."""
 
-    def __init__(self, rows: SessionRows, store: Store, hub, runs, data_dir: str | None = None):
+    def __init__(self, rows: SessionRows, store: Store, hub: Hub, runs: Runs, data_dir: str | None = None):
         self.rows = rows
         self.store = store
         self.hub = hub
-        self.runs = runs  # agent.loop.Runs: a running session's worktree is not merged or discarded
+        self.runs = runs  # a running session's worktree is not merged or discarded
         self.data_dir = data_dir  # where worktrees go (<data>/worktrees/<sessionid>)
 
     async def check(self, projectid: str) -> str:
@@ -55,7 +60,7 @@ class Worktrees:
             raise BadRequest(("worktree", str(exc))) from None
         return await self.store.set_session_worktree(row["id"], path) or row
 
-    async def git(self, sessionid: str) -> dict:
+    async def git(self, sessionid: str) -> dict[str, Any]:
         """The git state of the folder where the session works: a worktree's `{worktree: true,
         branch, into, base, ahead, behind, changes}`, else the project's folder status."""
         session, project = await self.rows.with_project(sessionid)
@@ -71,7 +76,7 @@ class Worktrees:
         except worktrees.WorktreeError as exc:
             raise BadRequest(("worktree", str(exc))) from None
 
-    async def merge(self, sessionid: str) -> dict:
+    async def merge(self, sessionid: str) -> dict[str, Any]:
         """The person's merge of the session's worktree into the project's branch. Raises
         NotFound, BadRequest (no worktree), Conflict (running; a conflict or a dirty project:
         nothing changed, the files named)."""

@@ -14,12 +14,12 @@ never builds an error body.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from totem.errors import MethodNotAllowed, NotFound
-from totem.http.api.contract import ANY, MAX_ID_CHARS, NO_QUERY
+from totem.http.api.contract import ANY, MAX_ID_CHARS, NO_QUERY, Schema
 from totem.http.api.validate import Input
 from totem.http.httpd import Request, Response, json_response
 from totem.schema import check_schema
@@ -31,6 +31,9 @@ if TYPE_CHECKING:
     from totem.services.tokens import McpTokens
 
 __all__ = ["MAX_ID_CHARS", "Action", "Context", "Input", "build_table", "call_action", "find_action", "success"]
+
+# What a handler answers: JSON data, or a Response of its own (a file, cookies, a large page).
+Answer = dict[str, Any] | list[Any] | Response
 
 READ_METHODS = ("GET", "HEAD", "POST")
 CHANGE_METHODS = ("POST",)
@@ -44,13 +47,13 @@ class Action:
 
     name: str
     label: str
-    handler: Callable[[Context], Awaitable[Any]]
+    handler: Callable[[Context], Awaitable[Answer]]
     changes: bool = False
     takes_id: bool = False
     mcp: bool = False
-    body: dict | None = None
-    query: dict = field(default_factory=lambda: NO_QUERY)
-    answer: dict = field(default_factory=lambda: ANY)
+    body: Schema | None = None
+    query: Schema = field(default_factory=lambda: NO_QUERY)
+    answer: Schema = field(default_factory=lambda: ANY)
 
     @property
     def methods(self) -> tuple[str, ...]:
@@ -67,9 +70,17 @@ class Context:
 
     app: Host
     request: Request
-    id: str | None
-    query: dict
+    url_id: str | None  # the id of the URL, when the action takes one
+    query: dict[str, str]
     action: Action
+
+    @property
+    def id(self) -> str:
+        """The id of the URL: only an action that takes one reads it, and find_action has made sure
+        it is there."""
+        if self.url_id is None:
+            raise RuntimeError(f"{self.action.label} takes no id")
+        return self.url_id
 
     @property
     def services(self) -> Services:
@@ -95,12 +106,19 @@ class Context:
         return Input(self.query, self.action.query, where="query")
 
 
-def success(value) -> dict:
+def success(value: Any) -> dict[str, Any]:
     """The `$.success(id)` answer."""
     return {"success": True, "value": value}
 
 
-def build_table(*modules) -> dict[str, Action]:
+class Declared(Protocol):
+    """What declares actions: a module of the API, or a part of one (its ACTIONS)."""
+
+    @property
+    def ACTIONS(self) -> Sequence[Action]: ...  # the constant of each module
+
+
+def build_table(*modules: Declared) -> dict[str, Action]:
     """The action table from the ACTIONS of each module; names must be unique, and every input
     schema one that totem/schema.py validates (a typo fails here, not silently). Raises
     ValueError."""

@@ -8,9 +8,11 @@ lands.
 
 from __future__ import annotations
 
+from typing import Any
+
 from totem import __version__
 from totem.errors import BadRequest
-from totem.http.api import Action, success
+from totem.http.api import Action, Context, success
 from totem.http.api.contract import (
     BOOLEAN,
     ID_ANSWER,
@@ -25,7 +27,7 @@ from totem.http.api.contract import (
     success as success_answer,
     text,
 )
-from totem.http.httpd import json_response
+from totem.http.httpd import Response, json_response
 
 MAX_MCP_TOKEN_NAME_CHARS = 100
 MAX_TOKEN_CHARS = 1024
@@ -60,7 +62,7 @@ READ_ANSWER = record({
 })
 
 
-async def read_account(ctx):
+async def read_account(ctx: Context) -> dict[str, Any]:
     """`?wait=sandbox` waits for the sandbox's probe, whose answer is else `{mode, probing}`
     while it runs (the first seconds after a start)."""
     params = ctx.params()
@@ -78,7 +80,7 @@ async def read_account(ctx):
     }
 
 
-def _require_token(ctx) -> None:
+def _require_token(ctx: Context) -> None:
     if not ctx.app.config.token:
         raise BadRequest(("token", "no access token is configured, so there is nothing to sign in to"))
 
@@ -91,7 +93,7 @@ LOGIN_BODY = {"type": "object", "properties": {"token": text(MAX_TOKEN_CHARS, de
 SIGNED = success_answer(description="Signed in (or out): the cookie is in Set-Cookie; the value is the user, local")
 
 
-async def login(ctx):
+async def login(ctx: Context) -> Response:
     """With `token` (the access token) or `code` (a one-time sign-in code), one of the two."""
     _require_token(ctx)
     body = await ctx.body()
@@ -104,7 +106,7 @@ async def login(ctx):
     return json_response(success("local"), headers=[("Set-Cookie", cookie)])
 
 
-async def logout(ctx):
+async def logout(ctx: Context) -> Response:
     _require_token(ctx)
     cookie = await ctx.app.perimeter.logout(ctx.request)
     return json_response(success("local"), headers=[("Set-Cookie", cookie)])
@@ -116,12 +118,12 @@ CREATE_MCP_TOKEN_BODY = body({"name": text(MAX_MCP_TOKEN_NAME_CHARS)})
 CREATED_MCP_TOKEN = record(MCP_TOKEN["properties"] | {"token": STRING}, description="shown this once")
 
 
-async def list_mcp_tokens(ctx):
+async def list_mcp_tokens(ctx: Context) -> dict[str, Any]:
     """The MCP-only tokens made here: id, name and when; never the token."""
     return await ctx.tokens.list()
 
 
-async def create_mcp_token(ctx):
+async def create_mcp_token(ctx: Context) -> dict[str, Any]:
     """A new MCP-only token: answered once, with its id and name; only its digest is kept."""
     body = await ctx.body()
     name = body.text("name")
@@ -129,7 +131,7 @@ async def create_mcp_token(ctx):
     return await ctx.tokens.create(name)
 
 
-async def remove_mcp_token(ctx):
+async def remove_mcp_token(ctx: Context) -> dict[str, Any]:
     return success(await ctx.tokens.remove(ctx.id))
 
 

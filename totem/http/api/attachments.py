@@ -6,10 +6,14 @@ nosniff (on every answer) the browser never guesses a type that could run script
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from totem.errors import NotFound
 from totem.http.httpd import Response
+
+if TYPE_CHECKING:
+    from totem.services.attachments import Attachments
 
 INLINE_IMAGE_TYPES = frozenset(("image/png", "image/jpeg", "image/gif", "image/webp"))
 
@@ -19,7 +23,7 @@ def _disposition(kind: str, name: str) -> str:
     return f"{kind}; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(name)}"
 
 
-async def attachment_response(attachments, path: str) -> Response:
+async def attachment_response(attachments: Attachments, path: str) -> Response:
     """The answer for /attachments/{id}/, from the attachments service. Raises NotFound."""
     ident = path[len("/attachments/"):].strip("/")
     if not ident or "/" in ident:

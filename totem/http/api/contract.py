@@ -17,6 +17,14 @@ Must not: import the API package (the package imports this), or check anything i
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
+# A JSON Schema, as a dict of its keywords.
+Schema = dict[str, Any]
+# The fields of an object schema by name.
+Fields = dict[str, Schema]
+
 MAX_ID_CHARS = 64
 MAX_TEXT_CHARS = 100_000
 
@@ -34,17 +42,17 @@ ID_WORDS = f"an id: 1 to {MAX_ID_CHARS} characters, without /"
 BASE64_PATTERN = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 
 
-def text(max_chars: int = MAX_TEXT_CHARS, *, empty: bool = False, description: str | None = None) -> dict:
+def text(max_chars: int = MAX_TEXT_CHARS, *, empty: bool = False, description: str | None = None) -> Schema:
     """A text field of at most `max_chars` characters, never blank unless `empty` (then it may
     be empty too). The handler trims it, or keeps it as given (a prompt, a token)."""
-    schema: dict = {"type": "string", "minLength": 0 if empty else 1, "maxLength": max_chars,
+    schema: Schema = {"type": "string", "minLength": 0 if empty else 1, "maxLength": max_chars,
                     "pattern": ANY_TEXT_PATTERN if empty else TEXT_PATTERN}
     if description:
         schema["description"] = description
     return schema
 
 
-def patterned(pattern: str, words: str, max_chars: int) -> dict:
+def patterned(pattern: str, words: str, max_chars: int) -> Schema:
     """A text that matches `pattern` (which must exclude NUL); `words` say the rule, as a noun
     phrase ("an absolute path"), in the documentation and in the answer that refuses one."""
     return {"type": "string", "minLength": 1, "maxLength": max_chars, "pattern": pattern, "description": words}
@@ -55,31 +63,31 @@ BOOLEAN = {"type": "boolean"}
 BASE64 = {"type": "string", "pattern": BASE64_PATTERN, "description": "base64 (RFC 4648)"}
 
 
-def integer(low: int, high: int, description: str | None = None) -> dict:
-    schema: dict = {"type": "integer", "minimum": low, "maximum": high}
+def integer(low: int, high: int, description: str | None = None) -> Schema:
+    schema: Schema = {"type": "integer", "minimum": low, "maximum": high}
     if description:
         schema["description"] = description
     return schema
 
 
-def choice(options, description: str | None = None) -> dict:
+def choice(options: Iterable[str], description: str | None = None) -> Schema:
     """One of a closed list of texts (the tuple that the code uses)."""
-    schema: dict = {"type": "string", "enum": list(options)}
+    schema: Schema = {"type": "string", "enum": list(options)}
     if description:
         schema["description"] = description
     return schema
 
 
-def texts(max_items: int, max_chars: int = MAX_TEXT_CHARS, description: str | None = None) -> dict:
+def texts(max_items: int, max_chars: int = MAX_TEXT_CHARS, description: str | None = None) -> Schema:
     """A list of 1 to `max_items` non-empty texts, each kept as given (not trimmed)."""
-    schema: dict = {"type": "array", "minItems": 1, "maxItems": max_items,
+    schema: Schema = {"type": "array", "minItems": 1, "maxItems": max_items,
                     "items": {"type": "string", "minLength": 1, "maxLength": max_chars, "pattern": ANY_TEXT_PATTERN}}
     if description:
         schema["description"] = description
     return schema
 
 
-def nullable(schema: dict) -> dict:
+def nullable(schema: Schema) -> Schema:
     """`schema` that also takes null (an optional body field: null is taken as absent)."""
     if "oneOf" in schema or "type" not in schema:
         return schema
@@ -92,18 +100,18 @@ def nullable(schema: dict) -> dict:
     return widened
 
 
-def body(required: dict | None = None, optional: dict | None = None) -> dict:
+def body(required: Fields | None = None, optional: Fields | None = None) -> Schema:
     """A JSON object body: these fields and no others; the optional ones may be null."""
     properties = dict(required or {}) | {name: nullable(schema) for name, schema in (optional or {}).items()}
-    schema: dict = {"type": "object", "properties": properties, "additionalProperties": False}
+    schema: Schema = {"type": "object", "properties": properties, "additionalProperties": False}
     if required:
         schema["required"] = list(required)
     return schema
 
 
-def query(required: dict | None = None, optional: dict | None = None) -> dict:
+def query(required: Fields | None = None, optional: Fields | None = None) -> Schema:
     """The parameters of a query string: these and no others (a query has no null)."""
-    schema: dict = {"type": "object", "properties": dict(required or {}) | dict(optional or {}),
+    schema: Schema = {"type": "object", "properties": dict(required or {}) | dict(optional or {}),
                     "additionalProperties": False}
     if required:
         schema["required"] = list(required)
@@ -113,9 +121,9 @@ def query(required: dict | None = None, optional: dict | None = None) -> dict:
 NO_QUERY = query()
 
 
-def variants(key: str, branches: dict[str, dict], description: str | None = None) -> dict:
+def variants(key: str, branches: dict[str, Schema], description: str | None = None) -> Schema:
     """A body whose fields depend on the value of one field, `key`: one body() per value."""
-    schema: dict = {"oneOf": [dict(branch, properties={key: {"const": value}} | branch["properties"],
+    schema: Schema = {"oneOf": [dict(branch, properties={key: {"const": value}} | branch["properties"],
                                    required=[key, *branch.get("required", ())])
                               for value, branch in branches.items()]}
     if description:
@@ -123,9 +131,9 @@ def variants(key: str, branches: dict[str, dict], description: str | None = None
     return schema
 
 
-def properties_of(schema: dict) -> dict:
+def properties_of(schema: Schema) -> Fields:
     """The fields an object schema names (in any branch of a oneOf)."""
-    found: dict = {}
+    found: Fields = {}
     for branch in schema.get("oneOf", [schema]):
         found.update(branch.get("properties", {}))
     return found
@@ -137,11 +145,11 @@ def properties_of(schema: dict) -> dict:
 STRING = {"type": "string"}
 INTEGER = {"type": "integer"}
 NUMBER = {"type": "number"}
-ANY: dict = {}
+ANY: Schema = {}
 TIME_MS = {"type": "integer", "description": "milliseconds since 1970-01-01 UTC"}
 
 
-def maybe(schema: dict) -> dict:
+def maybe(schema: Schema) -> Schema:
     """`schema` or null."""
     if "type" not in schema:
         return {"anyOf": [schema, {"type": "null"}]} if schema else schema
@@ -152,31 +160,31 @@ def maybe(schema: dict) -> dict:
     return widened
 
 
-def record(required: dict, optional: dict | None = None, description: str | None = None) -> dict:
+def record(required: Fields, optional: Fields | None = None, description: str | None = None) -> Schema:
     """An object that always has the `required` fields and may have the `optional` ones."""
-    schema: dict = {"type": "object", "required": list(required),
+    schema: Schema = {"type": "object", "required": list(required),
                     "properties": dict(required) | dict(optional or {})}
     if description:
         schema["description"] = description
     return schema
 
 
-def listing(item: dict, description: str | None = None) -> dict:
-    schema: dict = {"type": "array", "items": item}
+def listing(item: Schema, description: str | None = None) -> Schema:
+    schema: Schema = {"type": "array", "items": item}
     if description:
         schema["description"] = description
     return schema
 
 
-def mapping(value: dict, description: str | None = None) -> dict:
+def mapping(value: Schema, description: str | None = None) -> Schema:
     """An object whose keys are names and whose values are all `value`."""
-    schema: dict = {"type": "object", "additionalProperties": value}
+    schema: Schema = {"type": "object", "additionalProperties": value}
     if description:
         schema["description"] = description
     return schema
 
 
-def success(value: dict | None = None, description: str = "Done") -> dict:
+def success(value: Schema | None = None, description: str = "Done") -> Schema:
     """The `$.success(value)` answer; its value is the id of what the action acted on unless told."""
     return record({"success": {"const": True}, "value": STRING if value is None else value}, description=description)
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+from typing import Any
 
 from totem.errors import BadRequest
-from totem.http.api import Action
+from totem.http.api import Action, Context
 from totem.http.api.contract import BOOLEAN, STRING, listing, query, record
 from totem.http.api.projects import ABSOLUTE_PATH
 
@@ -18,7 +19,7 @@ FOLDERS = record({"path": STRING, "sep": STRING, "home": STRING, "items": listin
                  description="the folders in path (hidden ones left out), and places to start from")
 
 
-def _list_folders(path: str) -> tuple[list[dict], bool]:
+def _list_folders(path: str) -> tuple[list[dict[str, Any]], bool]:
     names = []
     with os.scandir(path) as entries:
         for entry in entries:
@@ -33,7 +34,7 @@ def _list_folders(path: str) -> tuple[list[dict], bool]:
     return [{"name": name} for name in names[:MAX_FOLDER_ITEMS]], len(names) > MAX_FOLDER_ITEMS
 
 
-async def list_folders(ctx):
+async def list_folders(ctx: Context) -> dict[str, Any]:
     """The folders in `path` (the home folder without one), and the places to start from: the
     home folder, the root and the projects opened last."""
     params = ctx.params()

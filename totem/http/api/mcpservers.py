@@ -3,7 +3,9 @@ session with `sessionid`). Starting one is never an action: a run asks the perso
 
 from __future__ import annotations
 
-from totem.http.api import Action
+from typing import Any
+
+from totem.http.api import Action, Context
 from totem.http.api.contract import ID, STRING, listing, query, record
 
 SERVERS_QUERY = query(optional={"sessionid": ID})
@@ -13,7 +15,7 @@ SERVERS = record({"servers": listing(record({"server": STRING, "file": STRING, "
                              "failed, refused, not started); invalid: the definitions that cannot be used")
 
 
-async def list_servers(ctx):
+async def list_servers(ctx: Context) -> dict[str, Any]:
     params = ctx.params()
     sessionid = params.text("sessionid")
     params.done()

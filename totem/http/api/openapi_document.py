@@ -12,6 +12,7 @@ Must not: change anything, or describe an input that the action does not declare
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
 from totem import __version__
 from totem.http.api import Action
@@ -21,16 +22,17 @@ from totem.http.auth import COOKIE_NAME
 OPENAPI_VERSION = "3.1.0"
 
 
-def build_document(table: dict[str, Action], token: bool = True, public: frozenset[str] = frozenset()) -> dict:
+def build_document(table: dict[str, Action], token: bool = True,
+                   public: frozenset[str] = frozenset()) -> dict[str, Any]:
     """The OpenAPI 3.1 document of the actions of `table`. `token`: whether this server asks for
     one; `public`: the paths that need no sign-in."""
-    paths: dict[str, dict] = {}
+    paths: dict[str, dict[str, Any]] = {}
     labels = [action.label for action in table.values()]
     for action in table.values():
         path = f"/api/{action.name}" + ("/{id}" if action.takes_id else "")
         open_route = f"/api/{action.name}" in public
         base = action.label.replace("|", "_") if labels.count(action.label) == 1 else action.name
-        item: dict = {}
+        item: dict[str, Any] = {}
         primary = action.methods[0]
         for method in action.methods:
             operation_id = base if method == primary else f"{base}_{method.lower()}"
@@ -89,9 +91,9 @@ ERROR_RESPONSES = {
 }
 
 
-def _operation(action: Action, method: str, operation_id: str, open_route: bool) -> dict:
+def _operation(action: Action, method: str, operation_id: str, open_route: bool) -> dict[str, Any]:
     collection = action.label.split("|", 1)[0]
-    operation: dict = {"operationId": operation_id, "summary": action.label, "tags": [collection]}
+    operation: dict[str, Any] = {"operationId": operation_id, "summary": action.label, "tags": [collection]}
     description = inspect.getdoc(action.handler)
     if description:
         operation["description"] = description
@@ -107,7 +109,7 @@ def _operation(action: Action, method: str, operation_id: str, open_route: bool)
     if takes_body:
         operation["requestBody"] = {"required": True, "content": {"application/json": {"schema": action.body}}}
     if method == "HEAD":
-        answer: dict = {"description": "The head of the GET answer"}
+        answer: dict[str, Any] = {"description": "The head of the GET answer"}
     else:
         answer = {"description": action.answer.get("description", "The data of the action"),
                   "content": {"application/json": {"schema": action.answer}}}

@@ -10,7 +10,9 @@ grant itself rights.
 
 from __future__ import annotations
 
-from totem.http.api import Action, success
+from typing import Any
+
+from totem.http.api import Action, Context, success
 from totem.http.api.contract import (
     BOOLEAN,
     ID,
@@ -63,14 +65,14 @@ TOOLS = record({
                 "the kind of its patterns (subject) and whether it changes things; the actions, scopes and replies")
 
 
-async def list_permissions(ctx):
+async def list_permissions(ctx: Context) -> list[dict[str, Any]]:
     params = ctx.params()
     projectid = params.text("projectid")
     params.done()
     return await ctx.services.permissions.list(projectid)
 
 
-async def save_permission(ctx):
+async def save_permission(ctx: Context) -> dict[str, Any]:
     body = await ctx.body()
     scope = body.value("scope", "project")
     projectid = body.text("projectid")
@@ -81,11 +83,11 @@ async def save_permission(ctx):
     return await ctx.services.permissions.save(scope, projectid, tool, pattern, action)
 
 
-async def remove_permission(ctx):
+async def remove_permission(ctx: Context) -> dict[str, Any]:
     return success(await ctx.services.permissions.remove(ctx.id))
 
 
-async def reply_permission(ctx):
+async def reply_permission(ctx: Context) -> dict[str, Any]:
     body = await ctx.body()
     reply = body.value("reply")
     pattern = body.text("pattern", strip=False)
@@ -94,7 +96,7 @@ async def reply_permission(ctx):
     return success(ctx.services.permissions.reply(ctx.id, reply, pattern, patterns))
 
 
-async def list_tools(ctx):
+async def list_tools(ctx: Context) -> dict[str, Any]:
     """What the rule editor offers, from the tool registry (never a list of its own)."""
     ctx.params().done()
     kinds = ctx.services.permissions.tools()

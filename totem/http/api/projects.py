@@ -7,7 +7,9 @@ case lives (`totem/services/projects.py`); Projects|list calls `ctx.project_list
 
 from __future__ import annotations
 
-from totem.http.api import Action, success
+from typing import Any
+
+from totem.http.api import Action, Context, success
 from totem.http.api.contract import (
     BOOLEAN,
     ID,
@@ -24,6 +26,7 @@ from totem.http.api.contract import (
     success as success_answer,
     text,
 )
+from totem.rows import ProjectRow
 
 MAX_PATH_CHARS = 4096
 ABSOLUTE_PATH = patterned(r"^[/~][^\x00]*$", "an absolute path", MAX_PATH_CHARS)
@@ -45,12 +48,12 @@ COMMANDS = record({"commands": listing(record({"name": STRING, "file": STRING}))
 SESSION_FOLDER = query(optional={"sessionid": ID})
 
 
-async def require_project(ctx, projectid: str | None = None) -> dict:
+async def require_project(ctx: Context, projectid: str | None = None) -> ProjectRow:
     """The project of the URL id (or the given id). Raises NotFound."""
     return await ctx.services.projects.get(projectid or ctx.id)
 
 
-async def list_projects(ctx):
+async def list_projects(ctx: Context) -> list[dict[str, Any]]:
     ctx.params().done()
     return await ctx.project_list.list()
 
@@ -58,14 +61,14 @@ async def list_projects(ctx):
 OPEN_BODY = body({"path": ABSOLUTE_PATH})
 
 
-async def open_project(ctx):
+async def open_project(ctx: Context) -> dict[str, Any]:
     body = await ctx.body()
     given = body.text("path")
     body.done()
     return await ctx.services.projects.open(given)
 
 
-async def remove_project(ctx):
+async def remove_project(ctx: Context) -> dict[str, Any]:
     return success(await ctx.services.projects.remove(ctx.id))
 
 
@@ -73,7 +76,7 @@ FILES_QUERY = query(optional={"path": text(MAX_PATH_CHARS, empty=True, descripti
                              "sessionid": ID})
 
 
-async def list_files(ctx):
+async def list_files(ctx: Context) -> dict[str, Any]:
     await require_project(ctx)  # an unknown project is 404 before its query is checked
     params = ctx.params()
     given = params.text("path", default="")
@@ -82,13 +85,13 @@ async def list_files(ctx):
     return await ctx.services.projects.files(ctx.id, given, sessionid)
 
 
-async def project_git(ctx):
+async def project_git(ctx: Context) -> dict[str, Any]:
     await require_project(ctx)
     ctx.params().done()
     return await ctx.services.projects.git(ctx.id)
 
 
-async def list_commands(ctx):
+async def list_commands(ctx: Context) -> dict[str, Any]:
     await require_project(ctx)
     params = ctx.params()
     sessionid = params.text("sessionid")
@@ -99,7 +102,7 @@ async def list_commands(ctx):
 DISCARD_BODY = body({"path": text(MAX_PATH_CHARS, description="a left-over worktree (Projects|git's leftover)")})
 
 
-async def discard_left_worktree(ctx):
+async def discard_left_worktree(ctx: Context) -> dict[str, Any]:
     await require_project(ctx)
     body = await ctx.body()
     path = body.text("path")

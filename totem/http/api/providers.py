@@ -10,9 +10,11 @@ also keeps the scrubber of command output in step with the saved keys.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from totem.agent.kinds import KINDS
-from totem.agent.providers import MAX_URL_CHARS, url_problem
-from totem.http.api import Action, success
+from totem.agent.providers import MAX_URL_CHARS, Models, url_problem
+from totem.http.api import Action, Context, Input, success
 from totem.http.api.contract import (
     ANY,
     BOOLEAN,
@@ -27,6 +29,9 @@ from totem.http.api.contract import (
     record,
     text,
 )
+
+if TYPE_CHECKING:
+    from totem.services.providers import ProvidersService
 
 MAX_NAME_CHARS = 100
 MAX_KEY_CHARS = 4096
@@ -58,29 +63,29 @@ AVAILABLE_BODY = body(optional={"id": ID | {"description": "a saved provider (ur
     "anyOf": [{"required": ["id"]}, {"required": ["url", "kind"]}]}
 
 
-def _kind(body, providers) -> str | None:
+def _kind(body: Input, providers: ProvidersService) -> str | None:
     """The kind field, one of the kinds this server has (a kind can be added while it runs)."""
-    kind = body.text("kind")
+    kind: str | None = body.text("kind")
     if kind is not None and kind not in providers.kinds():
         body.errors.append(("kind", f"must be one of {', '.join(providers.kinds())}"))
         return None
     return kind
 
 
-def _url(body) -> str | None:
-    url = body.text("url")
+def _url(body: Input) -> str | None:
+    url: str | None = body.text("url")
     if url is not None and (problem := url_problem(url)) is not None:  # the pattern is narrower: a guard
         body.errors.append(("url", problem))
         return None
     return url
 
 
-async def list_providers(ctx):
+async def list_providers(ctx: Context) -> list[dict[str, Any]]:
     ctx.params().done()
     return await ctx.services.providers.list()
 
 
-async def save_provider(ctx):
+async def save_provider(ctx: Context) -> dict[str, Any]:
     """Create a provider, or change the one of `id`. `key` absent or null keeps the stored key,
     "" removes it. Answers the provider without its key."""
     providers = ctx.services.providers
@@ -92,15 +97,16 @@ async def save_provider(ctx):
     key = body.text("key", strip=False)
     models = body.value("models")
     body.done()
+    assert kind is not None and url is not None  # required: done() raised when either was missing or wrong
     return await providers.save(providerid, name, kind, url, key, models)
 
 
-async def remove_provider(ctx):
+async def remove_provider(ctx: Context) -> dict[str, Any]:
     ctx.params().done()
     return success(await ctx.services.providers.remove(ctx.id))
 
 
-async def list_models(ctx):
+async def list_models(ctx: Context) -> list[dict[str, Any]]:
     """Providers|models: the models a session can use, as one flat list of
     `{id: "<providerid>/<model>", provider: {id, name, icon}, model, name, context, tools,
     reasoning, free}`. Unlike Providers|catalog it does not say which providers failed."""
@@ -108,17 +114,17 @@ async def list_models(ctx):
     return await ctx.services.providers.models()
 
 
-async def list_templates(ctx):
+async def list_templates(ctx: Context) -> list[dict[str, Any]]:
     ctx.params().done()
     return ctx.services.providers.templates()
 
 
-async def detect_servers(ctx):
+async def detect_servers(ctx: Context) -> list[dict[str, Any]]:
     ctx.params().done()
     return await ctx.services.providers.detect()
 
 
-async def available_models(ctx):
+async def available_models(ctx: Context) -> Models:
     """Every model a provider offers: body `{url, kind, key?}`, or `{id}` of a saved provider
     (its stored key is used; `url`, `kind` and `key` given beside `id` override the stored
     ones, so an edit form can check a new URL without typing the key again)."""
@@ -132,7 +138,7 @@ async def available_models(ctx):
     return await providers.available(providerid, url, kind, key)
 
 
-async def read_catalog(ctx):
+async def read_catalog(ctx: Context) -> dict[str, Any]:
     """Providers|catalog: `{providers: [{id, name, kind, icon, error}], models: [...]}`; a
     provider that failed has its reason in `error`."""
     ctx.params().done()

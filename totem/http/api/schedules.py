@@ -4,7 +4,9 @@ input and answer (a save's fields follow its kind); the handler reads the checke
 
 from __future__ import annotations
 
-from totem.http.api import Action, success
+from typing import Any
+
+from totem.http.api import Action, Context, success
 from totem.http.api.contract import (
     BOOLEAN,
     ID,
@@ -47,14 +49,14 @@ SAVE_BODY = variants("kind", {
 }, "a schedule: every interval minutes, or daily at time")
 
 
-async def list_schedules(ctx):
+async def list_schedules(ctx: Context) -> list[dict[str, Any]]:
     params = ctx.params()
     projectid = params.text("projectid")
     params.done()
     return await ctx.services.schedules.list(projectid)
 
 
-async def save_schedule(ctx):
+async def save_schedule(ctx: Context) -> dict[str, Any]:
     body = await ctx.body()
     fields = {
         "projectid": body.text("projectid"),
@@ -73,12 +75,12 @@ async def save_schedule(ctx):
     return await ctx.services.schedules.save(fields, scheduleid)
 
 
-async def remove_schedule(ctx):
+async def remove_schedule(ctx: Context) -> dict[str, Any]:
     ctx.params().done()
     return success(await ctx.services.schedules.remove(ctx.id))
 
 
-async def run_schedule(ctx):
+async def run_schedule(ctx: Context) -> dict[str, Any]:
     ctx.params().done()
     return await ctx.services.schedules.run_now(ctx.id)
 

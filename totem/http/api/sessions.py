@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 import binascii
 import time
-from typing import cast
+from typing import Any, cast
 
-from totem.http.api import Action, success
+from totem.http.api import Action, Context, success
 from totem.http.api.contract import (
     ANY,
     BOOLEAN,
@@ -34,7 +34,8 @@ from totem.http.api.contract import (
     text,
 )
 from totem.http.api.projects import GIT_FILE, GIT_STATE
-from totem.http.httpd import large_json_response
+from totem.http.httpd import Response, large_json_response
+from totem.rows import SessionRow
 from totem.services.sessions import (
     DEFAULT_SESSION_NAME,
     DEFAULT_SESSION_PAGE,
@@ -70,7 +71,7 @@ MESSAGE = record({"id": STRING, "sessionid": STRING, "role": STRING, "model": ma
                   "finished": maybe(TIME_MS), "reverted": BOOLEAN, "parts": listing(PART)})
 
 
-async def require_session(ctx) -> dict:
+async def require_session(ctx: Context) -> SessionRow:
     """The session of the URL id. Raises NotFound."""
     return await ctx.services.sessions.get(ctx.id)
 
@@ -82,7 +83,7 @@ SESSIONS = record({"sessions": listing(SESSION), "more": BOOLEAN},
                   description="a page of the project's sessions, the most recently changed first")
 
 
-async def list_sessions(ctx):
+async def list_sessions(ctx: Context) -> dict[str, Any]:
     params = ctx.params()
     projectid = params.text("projectid")
     limit = params.value("limit", DEFAULT_SESSION_PAGE)
@@ -96,7 +97,7 @@ CREATE_BODY = body({"projectid": ID}, {
     "worktree": BOOLEAN | {"description": "work in a git worktree of its own"}})
 
 
-async def create_session(ctx):
+async def create_session(ctx: Context) -> dict[str, Any]:
     body = await ctx.body()
     projectid = body.text("projectid")
     name = body.text("name", DEFAULT_SESSION_NAME)
@@ -110,7 +111,7 @@ READ_ANSWER = record(SESSION["properties"] | {
     description=SESSION["description"] + "; tokens: summed over its answers")
 
 
-async def read_session(ctx):
+async def read_session(ctx: Context) -> dict[str, Any]:
     ctx.params().done()
     return await ctx.services.sessions.read(ctx.id)
 
@@ -118,7 +119,7 @@ async def read_session(ctx):
 UPDATE_BODY = body({"name": text(MAX_NAME_CHARS)})
 
 
-async def update_session(ctx):
+async def update_session(ctx: Context) -> dict[str, Any]:
     await require_session(ctx)
     body = await ctx.body()
     name = body.text("name")
@@ -126,7 +127,7 @@ async def update_session(ctx):
     return await ctx.services.sessions.rename(ctx.id, name)
 
 
-async def remove_session(ctx):
+async def remove_session(ctx: Context) -> dict[str, Any]:
     return success(await ctx.services.sessions.remove(ctx.id))
 
 
@@ -137,7 +138,7 @@ MESSAGES = record({"messages": listing(MESSAGE), "more": BOOLEAN},
                   description="a page of messages with their parts, oldest first")
 
 
-async def list_messages(ctx):
+async def list_messages(ctx: Context) -> Response:
     await require_session(ctx)
     params = ctx.params()
     before = params.text("before")
@@ -213,13 +214,13 @@ ATTACHMENTS = {"type": "array", "maxItems": MAX_ATTACHMENTS, "items": ATTACHMENT
                "description": "files of the prompt"}
 
 
-def _attachment_items(raw) -> list[tuple[str, str, str, str]]:
+def _attachment_items(raw: list[dict[str, str]] | None) -> list[tuple[str, str, str, str]]:
     """The (name, media type, base64 text, place) of each attachment, checked by its schema."""
     return [(item["name"].strip(), item["mime"].lower(), item["data"], f"attachments[{index}]")
             for index, item in enumerate(raw or ())]
 
 
-async def _attachments(raw) -> tuple[list[tuple[str, str, bytes]], list[tuple[str, str]]]:
+async def _attachments(raw: list[dict[str, str]] | None) -> tuple[list[tuple[str, str, bytes]], list[tuple[str, str]]]:
     """Decoded attachments and the problems found; large ones are decoded off the loop. `raw`
     is emptied and each base64 text let go once decoded: a 20 MB prompt would otherwise hold
     its text and its bytes until the store has written them."""
@@ -256,7 +257,7 @@ PROMPTED = record({"messageid": STRING}, {"queued": BOOLEAN, "steered": BOOLEAN}
                   "the prompt's message; queued: it waits for the current run, steered: the run reads it")
 
 
-async def prompt_session(ctx):
+async def prompt_session(ctx: Context) -> dict[str, Any]:
     await require_session(ctx)  # an unknown session is 404 before its body is read
     body = await ctx.body()
     text = body.text("text", "", strip=False)
@@ -279,7 +280,7 @@ async def prompt_session(ctx):
 UNQUEUE_BODY = body({"messageid": ID})
 
 
-async def unqueue_prompt(ctx):
+async def unqueue_prompt(ctx: Context) -> dict[str, Any]:
     await require_session(ctx)
     body = await ctx.body()
     messageid = body.text("messageid")
@@ -287,20 +288,20 @@ async def unqueue_prompt(ctx):
     return success(await ctx.services.sessions.unqueue(ctx.id, messageid))
 
 
-async def compact_session(ctx):
+async def compact_session(ctx: Context) -> dict[str, Any]:
     await require_session(ctx)
     ctx.params().done()
     return success(await ctx.services.sessions.compact(ctx.id))
 
 
-async def abort_session(ctx):
+async def abort_session(ctx: Context) -> dict[str, Any]:
     return success(await ctx.services.sessions.abort(ctx.id))
 
 
 ANSWER_BODY = body({"answer": text(MAX_ANSWER_CHARS)})
 
 
-async def reply_question(ctx):
+async def reply_question(ctx: Context) -> dict[str, Any]:
     body = await ctx.body()
     answer = body.text("answer")
     body.done()
@@ -312,13 +313,13 @@ JOB = record({"id": STRING, "command": STRING, "status": STRING, "output": STRIN
              {"exit_code": maybe(INTEGER), "started": maybe(NUMBER), "finished": maybe(NUMBER)})
 
 
-async def list_todos(ctx):
+async def list_todos(ctx: Context) -> dict[str, Any]:
     await require_session(ctx)
     ctx.params().done()
     return await ctx.services.sessions.todos(ctx.id)
 
 
-async def list_jobs(ctx):
+async def list_jobs(ctx: Context) -> list[dict[str, Any]]:
     await require_session(ctx)
     ctx.params().done()
     return await ctx.services.jobs.list(ctx.id)
@@ -327,7 +328,7 @@ async def list_jobs(ctx):
 STOP_JOB_BODY = body({"job": ID})
 
 
-async def stop_job(ctx):
+async def stop_job(ctx: Context) -> dict[str, Any]:
     await require_session(ctx)
     body = await ctx.body()
     jobid = body.text("job")
@@ -342,7 +343,7 @@ UNDONE = record({"messageid": STRING, "reverted": listing(STRING)} | RESTORED)
 REDONE = record({"messages": listing(STRING)} | RESTORED)
 
 
-async def undo_session(ctx):
+async def undo_session(ctx: Context) -> dict[str, Any]:
     await require_session(ctx)
     body = await ctx.body()
     messageid = body.text("messageid")
@@ -354,7 +355,7 @@ async def undo_session(ctx):
 REDO_BODY = body(optional={"force": FORCE})
 
 
-async def redo_session(ctx):
+async def redo_session(ctx: Context) -> dict[str, Any]:
     await require_session(ctx)
     body = await ctx.body()
     force = body.value("force")
@@ -367,7 +368,7 @@ DIFF = listing(record({"path": STRING, "status": STRING, "additions": INTEGER, "
               "each file the session changed, from before its first change to now; changes: the audit of each")
 
 
-async def diff_session(ctx):
+async def diff_session(ctx: Context) -> Response:
     await require_session(ctx)
     ctx.params().done()
     return await large_json_response(await ctx.services.changes.diff(ctx.id), MESSAGE_PAGE_DEPTH)
@@ -376,7 +377,7 @@ async def diff_session(ctx):
 FORK_BODY = body(optional={"messageid": ID | {"description": "the last message copied (all when absent)"}})
 
 
-async def fork_session(ctx):
+async def fork_session(ctx: Context) -> dict[str, Any]:
     await require_session(ctx)
     body = await ctx.body()
     messageid = body.text("messageid")
@@ -394,7 +395,7 @@ SAVE_AS_BODY = body({"messageid": ID, "path": text(MAX_SAVE_PATH_CHARS, descript
 SAVED = record({"path": STRING, "created": BOOLEAN, "bytes": INTEGER})
 
 
-async def save_as(ctx):
+async def save_as(ctx: Context) -> dict[str, Any]:
     await require_session(ctx)
     body = await ctx.body()
     messageid = body.text("messageid")
@@ -412,19 +413,19 @@ SESSION_GIT = {"anyOf": [WORKTREE_STATE, GIT_STATE]}
 MERGED = record({"merged": BOOLEAN, "commit": maybe(STRING), "into": maybe(STRING), "files": listing(ANY)})
 
 
-async def session_git(ctx):
+async def session_git(ctx: Context) -> dict[str, Any]:
     await require_session(ctx)
     ctx.params().done()
     return await ctx.services.worktrees.git(ctx.id)
 
 
-async def merge_worktree(ctx):
+async def merge_worktree(ctx: Context) -> dict[str, Any]:
     await require_session(ctx)
     ctx.params().done()
     return await ctx.services.worktrees.merge(ctx.id)
 
 
-async def discard_worktree(ctx):
+async def discard_worktree(ctx: Context) -> dict[str, Any]:
     await require_session(ctx)
     ctx.params().done()
     return await ctx.services.worktrees.discard(ctx.id)

@@ -3,8 +3,10 @@ handler checks its fields and calls `ctx.services.settings`."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from totem import settings
-from totem.http.api import Action
+from totem.http.api import Action, Context
 from totem.http.api.contract import ANY, BOOLEAN, ID, NUMBER, STRING, body, choice, mapping, maybe, query, record
 from totem.services.settings import SCOPES, TYPE_NAMES
 
@@ -20,7 +22,7 @@ SAVE_BODY = body({"scope": choice(SCOPES), "key": choice([key.name for key in se
     "sessionid": ID | {"description": "with scope session"}})
 
 
-async def read_settings(ctx):
+async def read_settings(ctx: Context) -> dict[str, dict[str, Any]]:
     params = ctx.params()
     projectid = params.text("projectid")
     sessionid = params.text("sessionid")
@@ -28,7 +30,7 @@ async def read_settings(ctx):
     return await ctx.services.settings.read(projectid, sessionid)
 
 
-async def save_setting(ctx):
+async def save_setting(ctx: Context) -> dict[str, dict[str, Any]]:
     body = await ctx.body()
     scope = body.value("scope")
     key = body.value("key")

@@ -6,7 +6,9 @@ every byte a terminal sends.
 
 from __future__ import annotations
 
-from totem.http.api import Action, success
+from typing import Any
+
+from totem.http.api import Action, Context, success
 from totem.http.api.contract import BASE64, BOOLEAN, ID_ANSWER, INTEGER, STRING, body, integer, maybe, record
 from totem.http.api.sessions import decode_base64, require_session
 from totem.process.terminal import MAX_COLUMNS, MAX_INPUT_BYTES, MAX_ROWS, MIN_COLUMNS, MIN_ROWS
@@ -22,7 +24,7 @@ OPEN_BODY = body(optional={"start": BOOLEAN | {"description": "start the shell w
                            "rows": ROWS | {"description": f"{DEFAULT_ROWS} when absent"}})
 
 
-async def open_terminal(ctx):
+async def open_terminal(ctx: Context) -> dict[str, Any]:
     await require_session(ctx)
     body = await ctx.body()
     start = body.value("start", False)
@@ -34,7 +36,7 @@ async def open_terminal(ctx):
 INPUT_BODY = body({"data": BASE64 | {"minLength": 1, "maxLength": MAX_INPUT_CHARS}})  # what the person typed
 
 
-async def type_into_terminal(ctx):
+async def type_into_terminal(ctx: Context) -> dict[str, Any]:
     await require_session(ctx)
     body = await ctx.body()
     text = body.text("data", strip=False)
@@ -49,7 +51,7 @@ async def type_into_terminal(ctx):
 RESIZE_BODY = body({"columns": COLUMNS, "rows": ROWS})
 
 
-async def resize_terminal(ctx):
+async def resize_terminal(ctx: Context) -> dict[str, Any]:
     await require_session(ctx)
     body = await ctx.body()
     columns = body.value("columns")
@@ -58,7 +60,7 @@ async def resize_terminal(ctx):
     return success(await ctx.services.terminal.resize(ctx.id, columns, rows))
 
 
-async def stop_terminal(ctx):
+async def stop_terminal(ctx: Context) -> dict[str, Any]:
     await require_session(ctx)
     ctx.params().done()
     return await ctx.services.terminal.stop(ctx.id)

@@ -10,9 +10,11 @@ patterns, not meaning.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from typing import Any
 
 from totem.errors import BadRequest
-from totem.http.api.contract import TEXT_PATTERN, WHITE_SPACE, properties_of
+from totem.http.api.contract import TEXT_PATTERN, WHITE_SPACE, Schema, properties_of
 from totem.schema import Problem, count_words, problems, types_of
 
 # What a number in a query string may be: ASCII digits (str.isdigit() also takes "²" and int()
@@ -26,21 +28,22 @@ SURROGATE_WORDS = "must be valid Unicode text (no lone surrogates)"
 
 
 class Input:
-    """The fields of one request, checked against `schema`; read each, then call done()."""
+    """The fields of one request, checked against `schema`; read each, then call done(). The
+    values read are JSON as the schema checked it (Any: this is the JSON boundary)."""
 
-    def __init__(self, data, schema: dict, where: str = "body"):
+    def __init__(self, data: object, schema: Schema, where: str = "body") -> None:
         if not isinstance(data, dict):
             raise BadRequest((where, "a JSON object is required"))
         properties = self._properties = properties_of(schema)
         if where == "query":
             data = {name: _from_query(value, properties.get(name)) for name, value in data.items()}
         # null is taken as absent where the field's type does not take it: a required one is missing.
-        self.data = {name: value for name, value in data.items()
+        self.data: dict[str, Any] = {name: value for name, value in data.items()
                      if value is not None or name not in properties or _takes_null(properties[name])}
         self.errors: list[tuple[str, str]] = check(schema, self.data)
         self._invalid = {name.split(".")[0].split("[")[0] for name, _ in self.errors}
 
-    def value(self, name: str, default=None):
+    def value(self, name: str, default: Any = None) -> Any:
         """The field as given, or `default` when it is absent, null or invalid."""
         value = self.data.get(name)
         if value is None or name in self._invalid or "body" in self._invalid:
@@ -49,17 +52,17 @@ class Input:
             return default  # a field no problem names, since a failed branch of a oneOf hid it
         return value
 
-    def _fits(self, name: str, value) -> bool:
+    def _fits(self, name: str, value: object) -> bool:
         schema = self._properties.get(name)
         return schema is not None and not problems(schema, value)
 
-    def take(self, name: str):
+    def take(self, name: str) -> Any:
         """The field removed from the input, so that a large value goes when its reader lets it
         go; None when it is absent or invalid."""
         value = self.data.pop(name, None)
         return None if name in self._invalid else value
 
-    def text(self, name: str, default=None, strip: bool = True):
+    def text(self, name: str, default: str | None = None, strip: bool = True) -> Any:
         """A text field trimmed of white space around it (unless not `strip`), or `default`."""
         value = self.value(name)
         if value is None:
@@ -72,7 +75,7 @@ class Input:
             raise BadRequest(self.errors)
 
 
-def check(schema: dict, data) -> list[tuple[str, str]]:
+def check(schema: Schema, data: object) -> list[tuple[str, str]]:
     """Every problem of `data` against `schema` as (field, reason); text with a lone surrogate
     (which JSON can carry and UTF-8 cannot) is refused wherever it is."""
     found = [_named(problem) for problem in problems(schema, data)]
@@ -127,18 +130,18 @@ def reason(problem: Problem) -> str:
     return "is not valid"
 
 
-def _takes_null(schema: dict) -> bool:
+def _takes_null(schema: Schema) -> bool:
     return "type" not in schema or "null" in types_of(schema)
 
 
-def _from_query(value: str, schema: dict | None):
+def _from_query(value: str, schema: Schema | None) -> str | int:
     """A query parameter as its declared type: query strings carry numbers as text."""
     if schema is not None and "integer" in types_of(schema) and INTEGER_TEXT.fullmatch(value.strip()):
         return int(value)
     return value
 
 
-def _surrogates(value, where: str):
+def _surrogates(value: object, where: str) -> Iterator[str]:
     """The places of the texts (keys too) that hold a lone surrogate."""
     if isinstance(value, str):
         if not value.isascii():
