@@ -346,3 +346,21 @@ def test_the_keyboard_focus_is_plain_to_see(live, page):
         seen.add(focused["tag"])
         assert focused["outline"] == "solid" and focused["width"] >= 2, focused
     assert "BUTTON" in seen, seen
+
+
+@pytest.mark.parametrize("viewport", [PHONE, LAPTOP], ids=["phone", "laptop"])
+def test_a_toast_leaves_send_in_reach(live, page, viewport):
+    """A message in the corner never lies over the prompt box's Send."""
+    page.set_viewport_size(viewport)
+    project = live.project("toasts", {"a.txt": "x\n"})
+    open_session(page, project, live.session(project, "Toasts"))
+    page.evaluate("async () => { const { toast } = await import('/dom.js');"
+                  " toast('A long message of the kind an error says, long enough to take two lines or more here'); }")
+    shown = page.locator("#toasts .toast")
+    expect(shown).to_be_visible()
+    send_button = page.get_by_role("button", name="Send", exact=True)
+    a, b = shown.bounding_box(), send_button.bounding_box()
+    apart = a["y"] + a["height"] <= b["y"] or b["y"] + b["height"] <= a["y"] \
+        or a["x"] + a["width"] <= b["x"] or b["x"] + b["width"] <= a["x"]
+    assert apart, (a, b)
+    in_viewport(page, shown)
