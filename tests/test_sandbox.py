@@ -287,7 +287,9 @@ class Rules:
         marker = f"{1000 + int(uuid.uuid4().hex[:4], 16)}.25"
         self.addCleanup(kill_all, f"sleep {marker}")
         started = asyncio.Event()
-        task = asyncio.ensure_future(self.sh(f"setsid sleep {marker} & echo started; sleep 600",
+        # The child says "started" from inside its new session, so the abort comes after the
+        # setsid (said by the shell before it, a busy machine could abort first: no escape).
+        task = asyncio.ensure_future(self.sh(f"setsid sh -c 'echo started; exec sleep {marker}' & sleep 600",
                                              on_output=lambda text: "started" in text and started.set()))
         await asyncio.wait_for(started.wait(), 30_000 * MS)
         task.cancel()
