@@ -10,6 +10,22 @@ FIGURE_MODULES = ("tests.test_shell_differential", "tests.test_http_bounds", "te
                   "tests.test_escape")
 
 
+# The longest tests, longest first: pytest-xdist hands tests out in collection order, so these
+# start at once on every worker instead of leaving one worker running the last of them alone.
+# A prefix of a node id; tests/test_escape.py is also one group on one worker (its confined
+# runs reuse the control runs), set by its xdist_group mark.
+LONG_FIRST = ("tests/test_escape.py", "tests/test_shell_differential.py::test_shell_differential_no_misread_or_bypass",
+              "tests/test_crash_undo.py", "tests/agent/test_stream_fast.py::test_the_fast_path_reads_every_stream",
+              "tests/test_terminal_flood.py", "tests/test_disk_full.py", "tests/test_run_marks.py")
+
+
+def pytest_collection_modifyitems(items):
+    """Start the long tests first (a stable sort: the rest keep their order)."""
+    def rank(item) -> int:
+        return next((n for n, prefix in enumerate(LONG_FIRST) if item.nodeid.startswith(prefix)), len(LONG_FIRST))
+    items.sort(key=rank)
+
+
 def figures_here() -> list[str]:
     return [figure for name in FIGURE_MODULES for figure in getattr(sys.modules.get(name), "FIGURES", ())]
 

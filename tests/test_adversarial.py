@@ -137,7 +137,7 @@ class AdversarialCase(LoopCase):
 
     async def asyncSetUp(self):
         # Hundreds of runs: asyncio's debug mode (a traceback kept for every callback) would take
-        # most of the time. Leaked sockets and unawaited coroutines still warn (-X dev -W error).
+        # most of the time. Leaked sockets and unawaited coroutines still warn (-W error).
         asyncio.get_running_loop().set_debug(False)
         await super().asyncSetUp()
         self.root = self.folder("proj")

@@ -39,6 +39,8 @@ import os
 import subprocess
 import unittest
 
+import pytest
+
 from tests.escape.cases import DEFAULT_PROCESS_LIMIT, hostile_cases
 from tests.escape.harness import Run
 from tests.escape.world import ROOT, SERVER_PATH, current_account, ordinary_account
@@ -149,6 +151,9 @@ def report(run: Run, control: Run | None = None) -> list[str]:
     return lines
 
 
+# One worker takes the whole class (make test runs pytest-xdist with --dist loadgroup): the
+# confined runs compare with the control runs, made once per process.
+@pytest.mark.xdist_group("escape")
 class EscapeTest(unittest.IsolatedAsyncioTestCase):
     """Each mode for both accounts, one account after the other (run side by side on two cores
     they took longer than in turn)."""
