@@ -220,9 +220,11 @@ export class Questions {
     // asks); "always" stores a rule for the pattern chosen in each group.
     const commands = data.commands?.length ? data.commands
       : [{ command: '', patterns: data.patterns || [] }];
-    const groups = commands.map((item, group) => this.patternChoices(data.id, group, item, commands.length > 1));
     const bash = data.tool === 'bash';
     const start = data.tool === 'mcp-start';
+    // A server's start is stored under name@<sha256>: the choice says what that covers instead.
+    const words = start && typeof data.input?.approval === 'string' ? data.input.approval : '';
+    const groups = commands.map((item, group) => this.patternChoices(data.id, group, item, commands.length > 1, words));
     const description = bash && typeof data.input?.description === 'string' ? data.input.description : '';
     const [title, header] = askTitle(data);
     const card = h('section', { className: `ask permission${start ? ' mcp-start' : ''}`, tabIndex: -1,
@@ -244,17 +246,25 @@ export class Questions {
         // No key: a rule that outlives this question is stored only by this button and its confirmation.
         data.once_only ? null : h('button', { type: 'button', dataset: { reply: 'always' }, onclick: () => always() }, 'Always allow…'),
         h('button', { type: 'button', className: 'danger', dataset: { reply: 'reject' }, 'aria-keyshortcuts': 'N Escape',
-          onclick: () => reject() }, 'Reject', key('N/Esc'))),
+          onclick: () => reject() }, 'Reject', key('N/Esc')),
+        // A Reject holds for this session; this one for every session, until the definition changes.
+        start && !data.once_only ? h('button', { type: 'button', className: 'danger', dataset: { reply: 'never' },
+          onclick: () => never() }, 'Never start…') : null),
       keysHint(data.once_only ? 'Y or Enter allows once, N or Escape rejects'
         : 'Y or Enter allows once, N or Escape rejects; Always allow has no key'),
       whyElement(data.id));
     const once = () => this.answer(card, 'permissions_reply', data.id, { reply: 'once' });
     const reject = () => this.answer(card, 'permissions_reply', data.id, { reply: 'reject' });
+    const never = async () => {
+      if (this.hiddenReason(card)) return;
+      const patterns = groups.map((choices) => choices.chosen()).filter(Boolean);
+      if (await confirmNever(data, words)) this.answer(card, 'permissions_reply', data.id, { reply: 'reject', patterns });
+    };
     const always = async () => {
       if (this.hiddenReason(card)) return;
       const patterns = groups.map((choices) => choices.chosen());
       if (patterns.some((pattern) => !pattern)) { toast('Choose or type a pattern to always allow'); return; }
-      if (await confirmAlways(data, patterns)) this.answer(card, 'permissions_reply', data.id, { reply: 'always', patterns });
+      if (await confirmAlways(data, patterns, words)) this.answer(card, 'permissions_reply', data.id, { reply: 'always', patterns });
     };
     onKeys(card, (event) => {
       const k = event.key.length === 1 ? event.key.toLowerCase() : event.key;
@@ -265,17 +275,20 @@ export class Questions {
     return card;
   }
 
-  patternChoices(id, group, item, titled) {
+  // `words`: what a suggested pattern covers, shown instead of it (the pattern in its title).
+  patternChoices(id, group, item, titled, words = '') {
     const patterns = item.patterns || [];
     const name = `pattern-${id}-${group}`;
     const custom = h('input', { type: 'text', className: 'pattern-custom', placeholder: 'another pattern',
       'aria-label': 'Another pattern' });
     const element = h('div', { className: 'patterns' },
       titled ? h('code', { className: 'pattern-command' }, reveal(item.shown ?? item.command)) : null,
-      patterns.map((pattern, index) => h('label', null,
-        h('input', { type: 'radio', name, value: pattern, checked: index === 0 }), h('code', null, reveal(pattern)))),
-      h('label', null, h('input', { type: 'radio', name, value: '', checked: !patterns.length, className: 'custom-choice' }),
-        custom));
+      patterns.map((pattern, index) => h('label', words ? { title: pattern } : null,
+        h('input', { type: 'radio', name, value: pattern, checked: index === 0 }),
+        words ? h('span', { className: 'pattern-words' }, reveal(words)) : h('code', null, reveal(pattern)))),
+      // One exact definition has no other pattern to write.
+      words ? null : h('label', null, h('input', { type: 'radio', name, value: '', checked: !patterns.length,
+        className: 'custom-choice' }), custom));
     custom.addEventListener('input', () => { element.querySelector('.custom-choice').checked = true; });
     const chosen = () => {
       const radio = element.querySelector('input[type=radio]:checked');
@@ -329,15 +342,28 @@ function whyElement(id) {
 
 // "Always" stores a rule that answers every later question like this one: the page's dialog
 // shows exactly what it stores, and only its own button (Enter alone presses Cancel) stores it.
-function confirmAlways(data, patterns) {
+function confirmAlways(data, patterns, words = '') {
   const start = data.tool === 'mcp-start';
   return confirmAction({
     title: 'Always allow?',
     question: start
       ? 'Store a rule of this project: this exact definition of the server starts without asking from now on (a change to it asks again).'
       : `Store a rule of this project: from now on ${data.tool} runs without asking when it matches ${patterns.length > 1 ? 'these patterns' : 'this pattern'}.`,
-    details: patterns.map((pattern) => h('code', { className: 'always-pattern' }, reveal(pattern))),
+    details: words ? h('span', { className: 'always-pattern' }, reveal(words))
+      : patterns.map((pattern) => h('code', { className: 'always-pattern' }, reveal(pattern))),
     action: 'Always allow',
+  });
+}
+
+// "Never start" stores a deny rule for the server's exact definition: no session asks again
+// until the definition or one of its files changes (Rules lists it, to be removed there).
+function confirmNever(data, words) {
+  return confirmAction({
+    title: 'Never start this server?',
+    question: 'Store a rule of this project: this exact definition of the server is refused from now on, in every session, without asking (a change to it asks again; remove the rule in Rules to be asked).',
+    details: words ? h('span', { className: 'always-pattern' }, reveal(words)) : null,
+    action: 'Never start',
+    danger: true,
   });
 }
 

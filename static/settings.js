@@ -233,7 +233,9 @@ export class RulesDialog {
     }
     byId('rule-list').replaceChildren(...rules.map((rule) => h('tr', { className: `layer-${rule.layer}` },
       h('td', null, h('code', null, rule.tool)),
-      h('td', null, h('code', null, rule.pattern)),
+      // A server's start is stored as name@<sha256>: its words say what that covers.
+      h('td', null, rule.described ? h('span', { className: 'rule-words', title: rule.pattern }, rule.described)
+        : h('code', null, rule.pattern)),
       h('td', null, h('span', { className: `badge action-${rule.action}` }, rule.action)),
       h('td', { className: 'muted' }, rule.source || rule.layer),
       h('td', null, rule.removable && rule.id

@@ -509,3 +509,76 @@ class PinnedServerTest(McpClientCase):
             "approved before Totem pinned the files a server runs: the files below are asked for the first time"])
         await self.reply(ask, "reject")
         await self.idle()
+
+    async def rules_of_starts(self) -> list[dict]:
+        answer = await call(self.app, "permissions", query=f"projectid={self.project['id']}")
+        self.assertEqual(answer.status, 200, answer.body)
+        return [rule for rule in answer.json() if rule["tool"] == "mcp-start" and rule["layer"] == "project"]
+
+    async def start_parts(self, sessionid: str) -> list[dict]:
+        answer = await call(self.app, "sessions_messages", ident=sessionid)
+        self.assertEqual(answer.status, 200, answer.body)
+        return [part for message in answer.json()["messages"] for part in message["parts"]
+                if part.get("data", {}).get("tool") == "mcp-start"]
+
+    async def test_the_question_and_the_rules_say_what_an_approval_covers_in_words(self):
+        """The start question carries what "always" covers in words, and Rules lists the stored
+        rule in those words (what the approval pinned), not only as name@<sha256>."""
+        ask = await self.approve_always()
+        words = "the MCP server notes as `sh srv.sh` and the 2 files it runs (lib.sh, srv.sh); a change to any of them asks again"
+        self.assertEqual(ask["input"]["approval"], words)
+        [rule] = await self.rules_of_starts()
+        self.assertEqual((rule["action"], rule["pattern"], rule["described"]), ("allow", ask["patterns"][0], words))
+        # Rewritten, the project's definition is another one: the rule still says what it covered.
+        tree(self.root, {"srv.sh": "echo rewritten >&2\n" + SERVER_SCRIPT})
+        [rule] = await self.rules_of_starts()
+        self.assertEqual(rule["described"], words)
+
+    async def test_never_start_refuses_the_definition_in_every_session_until_it_changes(self):
+        """A reject with the suggested pattern stores a project deny rule: another session does not
+        ask and says which rule refused, in words; Rules lists it in words; a change asks again."""
+        ask = await self.start_asks()
+        subject = ask["patterns"][0]
+        self.assertRegex(subject, r"^notes@[0-9a-f]{64}$")
+        await self.reply(ask, "reject", patterns=[subject])
+        await self.idle()
+        [part] = await self.start_parts(self.session["id"])
+        self.assertIn("a rule of this project refuses this definition from now on", part["data"]["error"])
+        self.assertEqual(part["data"]["decision"]["saved"], [{"tool": "mcp-start", "pattern": subject, "action": "deny"}])
+        [rule] = await self.rules_of_starts()
+        self.assertEqual((rule["action"], rule["pattern"]), ("deny", subject))
+        self.assertEqual(rule["described"], ask["input"]["approval"])
+
+        other = await self.create_session(self.project["id"])
+        await self.ws.send(json.dumps({"type": "subscribe", "sessionid": other["id"]}))
+        self.model.script(reply("again"))
+        await call(self.app, "sessions_prompt", {"text": "again", "model": self.modelref}, ident=other["id"])
+        events = await self.events_until("idle", 20_000)
+        self.assertNotIn("permission.ask", [event["type"] for event in events])
+        [part] = await self.start_parts(other["id"])
+        self.assertEqual(part["status"], "denied")
+        self.assertEqual(part["data"]["error"], f"Not started: a rule for this project refuses "
+                         f"{ask['input']['approval']} (Rules: remove it to be asked again)")
+        self.assertNotIn(subject.split("@")[1], part["data"]["error"])
+
+        tree(self.root, {"srv.sh": "echo rewritten >&2\n" + SERVER_SCRIPT})
+        ask = await self.start_asks("after the rewrite")  # another definition: asked again
+        self.assertNotEqual(ask["patterns"], [subject])
+        await self.reply(ask, "reject")
+        await self.idle()
+        [old] = await self.rules_of_starts()
+        self.assertEqual(old["described"], "the MCP server notes in a definition the project no longer has "
+                                           "(a later one asks again)")
+
+    async def test_a_reject_stores_only_what_the_question_suggested(self):
+        """A reject with a pattern the question did not suggest is refused (400) and the question
+        keeps waiting; a plain reject stores nothing."""
+        ask = await self.start_asks()
+        for patterns in (["notes@" + "0" * 64], ["*"], [ask["patterns"][0], "other@" + "1" * 64]):
+            answer = await call(self.app, "permissions_reply", {"reply": "reject", "patterns": patterns}, ident=ask["id"])
+            self.assertEqual(answer.status, 400, answer.body)
+            self.assertIn("a reject stores only a pattern the question suggests", answer.body.decode())
+        self.assertEqual(await self.rules_of_starts(), [])
+        await self.reply(ask, "reject")
+        await self.idle()
+        self.assertEqual(await self.rules_of_starts(), [])

@@ -8,6 +8,7 @@ server, the scripted model and a stdio MCP server of the standard library
 
 import json
 import os
+import re
 import shlex
 import sys
 
@@ -135,6 +136,47 @@ def test_refused_start_says_not_started_and_the_panel_says_refused(live, page):
     expect(page.locator(".msg.assistant .md").last).to_have_text("Without it, then.")
     quirky = page.locator("#servers li.server[data-server=quirky]")
     expect(quirky.locator(".server-state")).to_have_text("refused")
+
+
+def test_never_start_holds_in_every_session_and_rules_say_it_in_words(live, page):
+    """The start question offers the exact definition in words (never its 64-digit hash);
+    "Never start…", once confirmed, refuses it in this session and the next ones without a
+    question, says which rule refused it, and Rules lists that rule in words."""
+    project = live.project("servers-never", {".mcp.json": mcp_json(quirky=stdio_server())})
+    words = f"the MCP server quirky as `{sys.executable} {SERVER}`; a change asks again"
+    first = live.session(project, "First")
+    open_session(page, project, first)
+    live.model.script(reply("Without it."))
+    send(page, "Go on")
+    card = page.locator(".ask.permission.mcp-start")
+    expect(card.locator(".patterns .pattern-words")).to_have_text(words)
+    expect(card.locator(".pattern-custom")).to_have_count(0)  # one exact definition: nothing to write
+    assert not re.search(r"[0-9a-f]{64}", card.inner_text())
+    card.get_by_role("button", name="Never start…").click()
+    dialog = page.locator("#confirm-dialog")
+    expect(page.locator("#confirm-question")).to_contain_text("refused from now on, in every session")
+    expect(page.locator("#confirm-details")).to_have_text(words)
+    page.locator("#confirm-ok").click()
+    expect(dialog).to_be_hidden()
+    line = page.locator(".msg.servers .part.server-start[data-server=quirky] .server-line")
+    expect(line).to_have_text("MCP server quirky not started: the person refused it, and a rule of this project "
+                              "refuses this definition from now on (Rules: remove it to be asked again)")
+    expect(page.locator(".msg.assistant .md").last).to_have_text("Without it.")
+
+    second = live.session(project, "Second")
+    open_session(page, project, second)
+    live.model.script(reply("Still without it."))
+    send(page, "Again")
+    expect(page.locator(".msg.assistant .md").last).to_have_text("Still without it.")
+    expect(page.locator(".ask.permission")).to_have_count(0)
+    expect(page.locator(".msg.servers .server-line")).to_have_text(
+        f"MCP server quirky not started: a rule for this project refuses {words} (Rules: remove it to be asked again)")
+
+    page.click("#open-rules")
+    row = page.locator("#rule-list tr.layer-project", has_text="mcp-start")
+    expect(row.locator(".rule-words")).to_have_text(words)
+    expect(row.locator(".badge")).to_have_text("deny")
+    assert re.fullmatch(r"quirky@[0-9a-f]{64}", row.locator(".rule-words").get_attribute("title"))
 
 
 def test_question_of_a_remote_server_shows_url_host_and_header_names(live, page):

@@ -65,7 +65,7 @@ class Asker:
 
 
 class SavedRule(TypedDict):
-    """A rule that "always" stored (at the project layer)."""
+    """A rule that a reply stored (at the project layer): allow from "always", deny from "reject"."""
 
     tool: str
     pattern: str
@@ -79,7 +79,7 @@ class AuditRecord(DecisionRow):
     by: str  # who settled it: "code", "rule" or "person"
     reply: NotRequired[str]  # the person's reply, when asked
     answered: NotRequired[int]  # when the person replied, in ms
-    saved: NotRequired[list[SavedRule]]  # the rules "always" stored
+    saved: NotRequired[list[SavedRule]]  # the rules "always" (allow) or "reject" with patterns (deny) stored
 
 
 class PermissionGate:
@@ -184,10 +184,11 @@ class PermissionGate:
             reason=record["reason"], folder=asker.root, preview=shown, reach=reach or {}, once_only=once_only)
         record.update({"action": "deny" if reply == "reject" else "allow", "by": "person", "reply": reply,
                        "answered": now_ms()})
-        if reply == "always" and not unruled:
+        kept = {"always": "allow", "reject": "deny"}.get(reply)
+        if kept and chosen and not unruled:
             for pattern in chosen:
-                await self.saved.save(asker.projectid, tool, pattern, "allow")
-            record["saved"] = [{"tool": tool, "pattern": pattern, "action": "allow"} for pattern in chosen]
+                await self.saved.save(asker.projectid, tool, pattern, kept)
+            record["saved"] = [{"tool": tool, "pattern": pattern, "action": kept} for pattern in chosen]
         return record
 
 

@@ -86,7 +86,9 @@ class Questions:
                          patterns: list[str] | None = None) -> None:
         """Answer a permission question. "always" stores a rule for each pattern given
         (`patterns`, or the one `pattern`), by default the first suggestion of each subject that
-        asked; every pattern must be a valid allow rule of the question's tool.
+        asked; every pattern must be a valid allow rule of the question's tool. "reject" with
+        patterns stores a deny rule for each (only patterns the question suggested), so that the
+        same question is not asked again; without, it refuses this call only.
 
         Raises NotFound, BadRequest (no pattern for "always", or one that is not valid).
         """
@@ -97,6 +99,8 @@ class Questions:
         if reply == "always" and waiting.once_only:
             raise BadRequest(("reply", "this question can only be answered once or reject: what it asks is never "
                                        "stored as a rule"))
+        if reply == "reject":
+            chosen = self._rejected_patterns(waiting, patterns or ([pattern] if pattern else []))
         if reply == "always":
             chosen = list(patterns or ([pattern] if pattern else []))
             if not chosen:
@@ -111,6 +115,22 @@ class Questions:
                 raise BadRequest([("patterns" if patterns else "pattern", why) for _, why in problems])
             chosen = list(dict.fromkeys(chosen))
         waiting.future.set_result((reply, chosen))
+
+    def _rejected_patterns(self, waiting: _Waiting, patterns: list[str]) -> list[str]:
+        """The deny rules a "reject" with patterns stores (none without: this call only); each
+        must be one that the question suggested, so that a reject never stores more than what
+        was asked. Raises BadRequest."""
+        suggested = set(waiting.patterns) | {p for item in waiting.commands for p in item.get("patterns", ())}
+        chosen = list(dict.fromkeys(patterns))
+        strangers = [candidate for candidate in chosen if candidate not in suggested]
+        if strangers:
+            raise BadRequest([("patterns", f"{candidate}: a reject stores only a pattern the question suggests")
+                              for candidate in strangers])
+        problems = [f"{candidate}: {why}" for candidate in chosen
+                    for _name, why in rule_problems(waiting.tool, candidate, "deny", self.kinds())]
+        if problems:
+            raise BadRequest([("patterns", why) for why in problems])
+        return chosen
 
     def reply_question(self, questionid: str, answer: str) -> None:
         """Answer a question of the ask tool. Raises NotFound."""

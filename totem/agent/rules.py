@@ -10,7 +10,7 @@ Must not: decide (permissions.py does), ask anyone, or check a rule (the service
 
 from __future__ import annotations
 
-from totem.rows import RuleRow
+from totem.rows import RuleRow, ServerPin
 from totem.security.permissions import Rule
 from totem.store import Store
 
@@ -39,6 +39,10 @@ class SavedRules:
         """Save a rule of a project, or a global one (None); the same tool and pattern replaces
         the old action. None when the project is gone."""
         return await self.store.add_rule(projectid, tool, pattern, action)
+
+    async def server_pins(self, projectid: str) -> list[ServerPin]:
+        """What each "always" approval of a project's MCP servers covered, newest first."""
+        return await self.store.server_pins(projectid)
 
     async def get(self, ruleid: str) -> RuleRow | None:
         return await self.store.get_rule(ruleid)

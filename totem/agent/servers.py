@@ -22,12 +22,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from totem.agent.gate import START_TOOL, Asker, PermissionGate
+from totem.agent.gate import START_TOOL, Asker, AuditRecord, PermissionGate
 from totem.agent.recorder import Recorder
 from totem.clock import now_ms
 from totem.events import MessageCreated
 from totem.mcp.client import McpError
-from totem.mcp.definitions import ServerDefinition, offered_servers, pin_definition
+from totem.mcp.definitions import ServerDefinition, approval_words, offered_servers, pin_definition
 from totem.mcp.pins import changes
 from totem.mcp.servers import McpServers
 from totem.mcp.tools import declared_tools
@@ -40,6 +40,21 @@ PLAN_START = "plan mode never starts an MCP server"
 OLD_PIN = ("approved before Totem pinned the files a server runs: the files below are asked for "
            "the first time")
 UNKNOWN_PIN = "an earlier version was approved, but what that one ran was not recorded"
+
+
+def refusal(record: AuditRecord, definition: ServerDefinition) -> str:
+    """Why a start was refused, in words: a rule for this exact definition is named by what it
+    covers, never by its digest."""
+    kept = any(rule.get("action") == "deny" for rule in record.get("saved", ()))
+    if record.get("reply") == "reject":
+        return ("the person refused it, and a rule of this project refuses this definition from now on "
+                "(Rules: remove it to be asked again)" if kept else "the person refused it")
+    rule = record.get("rule")
+    if rule is not None and rule["pattern"] == definition.subject:
+        layer = "this project" if rule["layer"] == "project" else "all projects"
+        return (f"a rule for {layer} refuses {approval_words(definition.name, definition.manifest())} "
+                "(Rules: remove it to be asked again)")
+    return str(record["reason"])
 
 
 class ProjectServers:
@@ -102,8 +117,7 @@ class ProjectServers:
         part.data["decision"] = record
         if record["action"] != "allow":
             self.servers.refuse(asker.sessionid, definition)
-            reason = "the person refused it" if record.get("reply") == "reject" else record["reason"]
-            part.data["error"] = f"Not started: {reason}"
+            part.data["error"] = f"Not started: {refusal(record, definition)}"
             await self.recorder.close(part, "denied")
             return
         if record.get("reply") == "always":

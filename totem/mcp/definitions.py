@@ -155,7 +155,8 @@ class ServerDefinition:
         programs load code (`variables`), the project files the approval covers (`files`) and
         what it does not (`left_out`); or the URL, the host it goes to and the names of the
         headers (their values may be keys)."""
-        base = {"server": self.name, "file": self.source, "transport": self.transport}
+        base = {"server": self.name, "file": self.source, "transport": self.transport,
+                "approval": approval_words(self.name, self.manifest())}
         if self.transport == "stdio":
             return base | {"command": shlex.join([self.command, *self.args]),
                            "env": [key for key, _value in self.env],
@@ -171,6 +172,25 @@ class ServerDefinition:
                 "command": shlex.join([self.command, *self.args]) if self.transport == "stdio" else "",
                 "url": self.url, "env": {key: value_hash(value) for key, value in self.env},
                 "headers": {key: value_hash(value) for key, value in self.headers}, "files": dict(self.files)}
+
+
+# How many of the files an approval covers its words name; the rest are counted.
+WORDS_FILES = 3
+
+
+def approval_words(server: str, manifest: dict) -> str:
+    """What a rule for a server's start (`mcp-start` on `name@<digest>`) covers, in words: the
+    server, its command line or URL and the files it runs, as they were when it was decided.
+    The digest says the same to a program; these words say it to a person."""
+    if manifest.get("transport") != "stdio":
+        return (f"the MCP server {server} at {manifest.get('url', '')} with its headers as they are; "
+                "a change asks again")
+    files = sorted(manifest.get("files") or {})
+    more = len(files) - WORDS_FILES
+    named = ", ".join(files[:WORDS_FILES]) + (f" and {more} more" if more > 0 else "")
+    runs = f" and the {'file' if len(files) == 1 else f'{len(files)} files'} it runs ({named})" if files else ""
+    return (f"the MCP server {server} as `{manifest.get('command', '')}`{runs}; "
+            + ("a change to any of them asks again" if files else "a change asks again"))
 
 
 def looks_secret(name: str, value: str) -> bool:

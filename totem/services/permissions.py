@@ -10,11 +10,14 @@ stores them; the decision is the gate's and permissions.py's. Raises the errors 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from totem.agent.gate import START_TOOL
 from totem.agent.rules import SavedRules
 from totem.errors import BadRequest, NotFound
+from totem.mcp.definitions import approval_words, offered_servers
 from totem.rows import RuleRow
 from totem.security.permissions import ToolKind, default_rules, rule_problems
 
@@ -23,6 +26,7 @@ if TYPE_CHECKING:
     from totem.services.projects import Projects
 
 Patterns = list[str]  # named here, since `Permissions.list` hides the builtin inside the class
+Listed = list[dict[str, Any]]
 
 
 def rule_view(row: RuleRow, layer: str) -> dict[str, Any]:
@@ -49,14 +53,32 @@ class Permissions:
         ones and the defaults. Raises NotFound (no such project)."""
         rules = []
         if projectid:
-            await self.projects.get(projectid)
+            project = await self.projects.get(projectid)
             rules += [rule_view(row, "project") for row in await self.rules.rows(projectid)]
         rules += [rule_view(row, "global") for row in await self.rules.rows(None)]
+        if projectid and any(rule["tool"] == START_TOOL for rule in rules):
+            await self._describe_starts(rules, projectid, project["path"])
         rules += [{"id": None, "tool": tool, "pattern": pattern, "action": action, "layer": "global",
                    "projectid": None, "removable": False, "source": "config.ini"}
                   for tool, pattern, action in self.rules.configured]
         rules += [rule.to_dict() | {"projectid": None, "removable": False} for rule in default_rules()]
         return rules
+
+    async def _describe_starts(self, rules: Listed, projectid: str, root: str) -> None:
+        """Give each rule for one exact definition of an MCP server's start (`name@<digest>`)
+        the words of what it covers (`described`): from what its approval pinned, else from the
+        project's definition of today when it is the same, else that it is an older one."""
+        covered = {pin["digest"]: approval_words(pin["server"], pin["manifest"])
+                   for pin in reversed(await self.rules.server_pins(projectid))}
+        definitions, _problems = await asyncio.to_thread(offered_servers, root)
+        covered |= {definition.digest: approval_words(definition.name, definition.manifest())
+                    for definition in definitions}
+        for rule in rules:
+            name, at, digest = rule["pattern"].rpartition("@")
+            if rule["tool"] != START_TOOL or not at or not name:
+                continue
+            rule["described"] = covered.get(digest) or (
+                f"the MCP server {name} in a definition the project no longer has (a later one asks again)")
 
     async def save(self, scope: str, projectid: str | None, tool: str, pattern: str, action: str) -> dict[str, Any]:
         """Save a rule of a project (`scope` project) or a global one; the same tool and pattern

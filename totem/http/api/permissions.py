@@ -46,7 +46,9 @@ MAX_TOOL_CHARS = 100
 
 RULE = record({"id": maybe(STRING), "tool": STRING, "pattern": STRING, "action": choice(RULE_ACTIONS),
                "layer": choice(LAYERS), "projectid": maybe(STRING), "removable": BOOLEAN},
-              {"source": STRING}, "a rule; only a saved one (removable) has an id")
+              {"source": STRING,
+               "described": STRING | {"description": "an MCP server's start: what the rule covers, in words"}},
+              "a rule; only a saved one (removable) has an id")
 LIST_QUERY = query(optional={"projectid": ID | {"description": "the project whose rules come first"}})
 SAVE_BODY = body({"tool": text(MAX_TOOL_CHARS, description=f"a name of Permissions|tools, or {ANY_TOOL}"),
                   "pattern": text(MAX_PATTERN_CHARS, description="what the rule matches, by the tool's subject"),
@@ -54,8 +56,11 @@ SAVE_BODY = body({"tool": text(MAX_TOOL_CHARS, description=f"a name of Permissio
                  {"scope": choice(SCOPES, "project when absent"),
                   "projectid": ID | {"description": "required for a project rule, refused for a global one"}})
 REPLY_BODY = body({"reply": choice(REPLIES)}, {
-    "pattern": text(MAX_PATTERN_CHARS, description="with always: the pattern to allow"),
-    "patterns": texts(MAX_ALWAYS_PATTERNS, MAX_PATTERN_CHARS, "with always: a pattern for each group that asked")})
+    "pattern": text(MAX_PATTERN_CHARS, description="with always: the pattern to allow; with reject: one the "
+                                                   "question suggested, to deny from now on"),
+    "patterns": texts(MAX_ALWAYS_PATTERNS, MAX_PATTERN_CHARS, "with always: a pattern for each group that asked; "
+                      "with reject: patterns the question suggested, each stored as a deny rule "
+                      "(none: this call only)")})
 TOOLS = record({
     "tools": listing(record({"name": STRING, "subject": choice((PATH, COMMAND, HOST, CALL, TEXT)),
                              "changes": BOOLEAN})),
