@@ -200,19 +200,27 @@ export class GitPanel {
     const question = changed.length
       ? `Commit the ${plural(changed.length, 'changed file')} and merge ${branch} into ${state.into}?`
       : `Merge ${branch} (${plural(state.ahead, 'commit')}) into ${state.into}?`;
+    const author = authorForm(state.author);
     const yes = await confirmAction({ title: 'Merge the worktree', question, action: 'Merge', details: [
       changed.length ? h('ul', { className: 'confirm-files' }, changed.slice(0, MAX_LISTED).map((path) => h('li', null, h('code', null, path))),
         changed.length > MAX_LISTED ? h('li', { className: 'muted' }, `and ${changed.length - MAX_LISTED} more`) : null) : null,
-      h('p', { className: 'muted' }, `${changed.length ? `The commit is named “${session.name}”, by the repository's user.name and user.email. ` : ''}`
+      author.element,
+      h('p', { className: 'muted' }, `${changed.length && !author.element ? `The commit is named “${session.name}”, by the repository's user.name and user.email. ` : ''}`
         + `The merge is a new commit on ${state.into} in the project folder. If it would conflict, or change a file `
         + 'with uncommitted changes there, nothing is changed.'),
     ] });
     if (!yes) return;
+    const body = author.body();
+    if (author.element && !body) {
+      this.setNote(session, { kind: 'error', text: 'Not merged: the commit needs an author. Give a name and an email address, then Merge again.' });
+      this.paint();
+      return;
+    }
     this.busy = true;
     this.setRunning(this.running);
     let result;
     try {
-      result = await api('sessions_worktreemerge', { id: session.id, body: {} });
+      result = await api('sessions_worktreemerge', { id: session.id, body: body ?? {} });
     } catch (error) {
       this.setNote(session, refusal(error));
       return;
@@ -274,6 +282,39 @@ export class GitPanel {
 }
 
 const MAX_LISTED = 20;
+
+// A repository whose git config has no user.name or user.email cannot commit: the merge's
+// question offers to set them in the repository, and shows the exact commands before they run.
+// `element` is null when both are set; `body()` the merge's fields (null while one is empty).
+function authorForm(found) {
+  const missing = ['name', 'email'].filter((key) => !found?.[key]);
+  if (!missing.length) return { element: null, body: () => ({}) };
+  const field = (key, label, type, autocomplete) => {
+    const input = h('input', { type, value: found?.[key] ?? '', autocomplete, required: true,
+      className: `author-${key}`, 'aria-label': label });
+    return [input, h('label', { className: 'author-field' }, h('span', null, label), input)];
+  };
+  const [name, nameLabel] = field('name', 'Your name (user.name)', 'text', 'name');
+  const [email, emailLabel] = field('email', 'Your email (user.email)', 'email', 'email');
+  const commands = h('pre', { className: 'author-commands' });
+  const quote = (text) => `'${text.replaceAll("'", "'\\''")}'`;
+  const paint = () => {
+    commands.textContent = `git config user.name ${quote(name.value.trim())}\ngit config user.email ${quote(email.value.trim())}`;
+  };
+  name.addEventListener('input', paint);
+  email.addEventListener('input', paint);
+  paint();
+  const element = h('div', { className: 'author-form' },
+    h('p', null, `This repository has no ${missing.map((key) => `user.${key}`).join(' and no ')}, which git needs as the author `
+      + 'of the commit. Merge sets them in this repository only (its .git/config), as these commands would:'),
+    nameLabel, emailLabel, commands);
+  const body = () => {
+    const username = name.value.trim();
+    const useremail = email.value.trim();
+    return username && useremail ? { username, useremail } : null;
+  };
+  return { element, body };
+}
 
 function changeList(files, onOpen, extra = '') {
   return h('ul', { className: `changes${extra ? ` ${extra}` : ''}` }, files.map((file) => h('li', {

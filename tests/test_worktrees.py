@@ -168,12 +168,65 @@ class MergeTest(WorktreeCase):
         self.assertEqual(git(session["worktree"], "status", "--porcelain").strip(), "M a.txt")
 
     async def test_refused_without_an_author_in_the_repository(self):
+        """Without user.email the state says so before the merge, and the merge is refused with
+        a message that says how Totem can set it; nothing changes."""
         git(self.root, "config", "--unset", "user.email")
         session = await self.worktree_session()
         with open(os.path.join(session["worktree"], "x.txt"), "w") as stream:
             stream.write("x\n")
+        state = (await call(self.app, "sessions_git", ident=session["id"])).json()
+        self.assertEqual(state["author"], {"name": "Tess Ter", "email": None})
+        before = self.state()
         answer = await self.merge(session, expect=400)
-        self.assertIn("user.email", str(answer))
+        self.assertIn("the repository has no user.email in its config: give them to the merge (username, "
+                      "useremail) to set them in the repository", str(answer))
+        self.assertEqual(self.state(), before)
+
+    async def test_the_merge_sets_the_author_it_is_given_then_merges(self):
+        """With username and useremail the merge sets them in the repository's own config, and
+        its commit has that author; a merge with no body at all still works as before."""
+        git(self.root, "config", "--unset", "user.name")
+        git(self.root, "config", "--unset", "user.email")
+        session = await self.worktree_session()
+        with open(os.path.join(session["worktree"], "x.txt"), "w") as stream:
+            stream.write("x\n")
+        state = (await call(self.app, "sessions_git", ident=session["id"])).json()
+        self.assertEqual(state["author"], {"name": None, "email": None})
+        answer = await call(self.app, "sessions_worktreemerge", {"username": "Ada Lovelace",
+                                                                 "useremail": "ada@example.com"}, ident=session["id"])
+        self.assertEqual(answer.status, 200, answer.body)
+        self.assertEqual(git(self.root, "config", "--local", "user.name").strip(), "Ada Lovelace")
+        self.assertEqual(git(self.root, "config", "--local", "user.email").strip(), "ada@example.com")
+        self.assertEqual(git(self.root, "log", "-1", "--format=%an <%ae>").strip(), "Ada Lovelace <ada@example.com>")
+        again = await self.worktree_session("Second")
+        with open(os.path.join(again["worktree"], "y.txt"), "w") as stream:
+            stream.write("y\n")
+        answer = await call(self.app, "sessions_worktreemerge", ident=again["id"], method="POST")
+        self.assertEqual(answer.status, 200, answer.body)
+
+    async def test_a_bad_name_or_address_is_refused_and_sets_nothing(self):
+        """Each bad user.name or user.email: 400 naming the field, nothing set or merged."""
+        git(self.root, "config", "--unset", "user.name")
+        git(self.root, "config", "--unset", "user.email")
+        session = await self.worktree_session()
+        with open(os.path.join(session["worktree"], "x.txt"), "w") as stream:
+            stream.write("x\n")
+        before = self.state()
+        for body, field in (({"username": "Ada\nuser.name = Eve", "useremail": "ada@example.com"}, "username"),
+                            ({"username": "Ada <ada@example.com>", "useremail": "ada@example.com"}, "username"),
+                            ({"username": "   ", "useremail": "ada@example.com"}, "username"),
+                            ({"username": "A" * 201, "useremail": "ada@example.com"}, "username"),
+                            ({"username": "Ada", "useremail": "ada at example.com"}, "useremail"),
+                            ({"username": "Ada", "useremail": "ada"}, "useremail"),
+                            ({"username": "Ada", "useremail": "a\x1b@example.com"}, "useremail"),
+                            ({"username": 42, "useremail": "ada@example.com"}, "username"),
+                            ({"username": "Ada", "useremail": "ada@example.com", "force": True}, "force")):
+            answer = await call(self.app, "sessions_worktreemerge", body, ident=session["id"])
+            self.assertEqual(answer.status, 400, (body, answer.body))
+            self.assertIn(field, answer.body.decode(), body)
+        self.assertEqual(self.state(), before)
+        for key in ("user.name", "user.email"):
+            self.assertEqual(subprocess.run(["git", "-C", self.root, "config", "--local", key]).returncode, 1)
 
 
 class DiscardAndRemoveTest(WorktreeCase):

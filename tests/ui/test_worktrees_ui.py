@@ -249,3 +249,44 @@ def test_refused_merge_shows_the_reason_and_files_and_changes_nothing(live, page
     assert read(worktree, "a.txt") == "from the agent\n"
     expect(block.locator(".wt-ahead")).to_have_text("0 commits ahead")
     assert [e for e in errors() if "status of 4" not in e] == []
+
+
+def test_merge_in_a_repository_without_an_author_offers_to_set_it_first(live, page):
+    """Without user.name and user.email the merge's question says so, offers both fields and
+    shows the exact git config commands as they are typed; left empty, nothing is merged;
+    filled, the repository gets them (its own config) and the merge's commit has that author."""
+    errors = watch_csp(page)
+    project = git_project(live, "no-author", {"a.txt": "one\n"})
+    root = project["path"]
+    git(root, "config", "--unset", "user.name")
+    git(root, "config", "--unset", "user.email")
+    session = live.api("sessions_create", {"projectid": project["id"], "name": "Authorless", "worktree": True})
+    write("from the agent\n", session["worktree"], "a.txt")
+    head = git(root, "rev-parse", "HEAD")
+    page.goto(f"/#/{project['id']}/{session['id']}")
+    page.reload()
+    block = page.locator("#git .worktree")
+    expect(block.locator(".wt-changes li[data-path='a.txt']")).to_be_visible()
+
+    block.get_by_role("button", name="Merge").click()
+    dialog = page.locator("#confirm-dialog")
+    form = dialog.locator(".author-form")
+    expect(form).to_contain_text("This repository has no user.name and no user.email")
+    expect(form.locator(".author-commands")).to_have_text("git config user.name ''\ngit config user.email ''")
+    dialog.get_by_role("button", name="Merge").click()
+    expect(block.locator(".worktree-error")).to_have_text(
+        "Not merged: the commit needs an author. Give a name and an email address, then Merge again.")
+    assert git(root, "rev-parse", "HEAD") == head
+
+    block.get_by_role("button", name="Merge").click()
+    form.get_by_label("Your name (user.name)").fill("Ada O'Lovelace")
+    form.get_by_label("Your email (user.email)").fill("ada@example.com")
+    expect(form.locator(".author-commands")).to_have_text(
+        "git config user.name 'Ada O'\\''Lovelace'\ngit config user.email 'ada@example.com'")
+    dialog.get_by_role("button", name="Merge").click()
+    expect(block.locator(".worktree-merged")).to_contain_text("Merged totem/authorless into main")
+    assert git(root, "config", "--local", "user.name").strip() == "Ada O'Lovelace"
+    assert git(root, "log", "-2", "--format=%an <%ae>").split("\n")[:2] == [
+        "Ada O'Lovelace <ada@example.com>", "Ada O'Lovelace <ada@example.com>"]
+    assert read(root, "a.txt") == "from the agent\n"
+    assert errors() == []

@@ -76,12 +76,20 @@ class Worktrees:
         except worktrees.WorktreeError as exc:
             raise BadRequest(("worktree", str(exc))) from None
 
-    async def merge(self, sessionid: str) -> dict[str, Any]:
-        """The person's merge of the session's worktree into the project's branch. Raises
-        NotFound, BadRequest (no worktree), Conflict (running; a conflict or a dirty project:
-        nothing changed, the files named)."""
+    async def merge(self, sessionid: str, username: str | None = None, useremail: str | None = None
+                    ) -> dict[str, Any]:
+        """The person's merge of the session's worktree into the project's branch; `username`
+        and `useremail`, when given, are first set as the repository's user.name and user.email
+        (the author of the commit). Raises NotFound, BadRequest (no worktree, a bad name or
+        address: nothing set), Conflict (running; a conflict or a dirty project: nothing
+        changed, the files named)."""
+        problems = worktrees.author_problems(username, useremail)
+        if problems:
+            raise BadRequest(problems)
         session, root, path = await self._idle_worktree(sessionid, "merging")
         try:
+            if username is not None or useremail is not None:
+                await worktrees.set_author(root, username, useremail)
             return await worktrees.merge(root, path, session["name"])
         except worktrees.MergeRefused as exc:
             raise Conflict(("worktree", f"{exc}: {', '.join(exc.files) or 'no file named'}")) from None

@@ -103,7 +103,8 @@ async def state(root: str, path: str) -> dict:
     base = (await _git(path, "merge-base", "HEAD", into)).strip()
     counts = (await _git(path, "rev-list", "--left-right", "--count", f"{into}...HEAD")).split()
     behind, ahead = (int(counts[0]), int(counts[1])) if len(counts) == 2 else (0, 0)
-    return {"branch": branch, "into": into, "base": base, "ahead": ahead, "behind": behind, "changes": changes}
+    return {"branch": branch, "into": into, "base": base, "ahead": ahead, "behind": behind, "changes": changes,
+            "author": await author(root)}
 
 
 async def loses_work(root: str, path: str) -> bool:
@@ -116,16 +117,54 @@ async def loses_work(root: str, path: str) -> bool:
     return bool(found["changes"]) or found["ahead"] > 0
 
 
+MAX_AUTHOR_CHARS = 200
+# What git's ident would refuse or mangle (it strips <, > and newlines from a name), or what
+# would make the config line another than the one shown.
+_AUTHOR_REFUSED = re.compile(r"[<>\x00-\x1f\x7f]")
+
+
+def author_problems(name: str | None, email: str | None) -> list[tuple[str, str]]:
+    """The problems of a user.name and user.email the person gave, as (field, reason)."""
+    problems = []
+    for field, value in (("username", name), ("useremail", email)):
+        if value is None:
+            continue
+        if not value.strip() or len(value) > MAX_AUTHOR_CHARS:
+            problems.append((field, f"must hold 1 to {MAX_AUTHOR_CHARS} characters"))
+        elif _AUTHOR_REFUSED.search(value):
+            problems.append((field, "must not hold <, >, a line break or another control character"))
+    if email is not None and email.strip() and not re.fullmatch(r"[^@\s]+@[^@\s]+", email):
+        problems.append(("useremail", "must be an address like name@example.com, without spaces"))
+    return problems
+
+
+async def author(root: str) -> dict[str, str | None]:
+    """The author git gives the repository's commits: `{name, email}` (user.name and
+    user.email, from any of git's config files), None where there is none."""
+    found: dict[str, str | None] = {}
+    for key in ("name", "email"):
+        code, out, _err = await _git_code(root, "config", "--get", f"user.{key}")
+        found[key] = out.strip() or None if code == 0 else None
+    return found
+
+
+async def set_author(root: str, name: str | None, email: str | None) -> None:
+    """Set user.name and user.email in the repository's own config (.git/config)."""
+    for key, value in (("user.name", name), ("user.email", email)):
+        if value is not None:
+            await _git(root, "config", "--local", key, value.strip())
+
+
 async def merge(root: str, path: str, message: str) -> dict:
     """Commit the worktree's changes and merge its branch into the project's branch:
     `{merged: true, commit, files}`; refused (WorktreeError, with `files`) on a conflict or on
     uncommitted changes of the project that the merge would touch, with everything as it was."""
     into = await project_branch(root)
-    for key in ("user.name", "user.email"):
-        code, _out, _err = await _git_code(root, "config", "--get", key)
-        if code != 0:
-            raise WorktreeError(f"the repository has no {key} in its config: set it (git config {key} ...) "
-                                "so that the commit of the worktree has an author")
+    missing = [f"user.{key}" for key, value in (await author(root)).items() if value is None]
+    if missing:
+        raise WorktreeError(f"the repository has no {' and no '.join(missing)} in its config: give them to the "
+                            "merge (username, useremail) to set them in the repository, or set them yourself "
+                            f"(git config {missing[0]} ...), so that the commit of the worktree has an author")
     uncommitted = bool((await _git(path, "status", "--porcelain", "--untracked-files=all")).strip())
     if uncommitted:
         await _git(path, "add", "--all")

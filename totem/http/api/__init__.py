@@ -101,6 +101,14 @@ class Context:
         assert self.action.body is not None, f"{self.action.label} declares no body"
         return Input(await self.request.json(), self.action.body)
 
+    async def body_if_any(self) -> Input:
+        """The body as `body()` does, or an empty object when the request has none (an action
+        whose body fields are all optional, called as it was before it had any)."""
+        if self.request.content_length == 0:
+            assert self.action.body is not None, f"{self.action.label} declares no body"
+            return Input({}, self.action.body)
+        return await self.body()
+
     def params(self) -> Input:
         """The query as an Input checked against the action's query schema."""
         return Input(self.query, self.action.query, where="query")

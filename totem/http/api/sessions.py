@@ -43,6 +43,7 @@ from totem.services.sessions import (
     MODES,
     REASONING_LEVELS,
 )
+from totem.workspace.worktrees import MAX_AUTHOR_CHARS
 
 MAX_NAME_CHARS = 200
 MAX_MODEL_CHARS = 300  # a model reference, "<providerid>/<model>"
@@ -407,8 +408,14 @@ async def save_as(ctx: Context) -> dict[str, Any]:
 
 
 WORKTREE_STATE = record({"worktree": {"const": True}, "path": STRING, "branch": STRING, "into": maybe(STRING),
-                         "base": maybe(STRING), "ahead": INTEGER, "behind": INTEGER, "changes": listing(GIT_FILE)},
+                         "base": maybe(STRING), "ahead": INTEGER, "behind": INTEGER, "changes": listing(GIT_FILE),
+                         "author": record({"name": maybe(STRING), "email": maybe(STRING)}, description=(
+                             "the repository's user.name and user.email, the author of the merge's commit "
+                             "(null: not set; Sessions|worktreemerge can set them)"))},
                         description="the session's worktree against the project's branch")
+MERGE_BODY = body(optional={
+    "username": text(MAX_AUTHOR_CHARS, description="set as the repository's user.name before the merge"),
+    "useremail": text(MAX_AUTHOR_CHARS, description="set as the repository's user.email before the merge")})
 SESSION_GIT = {"anyOf": [WORKTREE_STATE, GIT_STATE]}
 MERGED = record({"merged": BOOLEAN, "commit": maybe(STRING), "into": maybe(STRING), "files": listing(ANY)})
 
@@ -422,7 +429,11 @@ async def session_git(ctx: Context) -> dict[str, Any]:
 async def merge_worktree(ctx: Context) -> dict[str, Any]:
     await require_session(ctx)
     ctx.params().done()
-    return await ctx.services.worktrees.merge(ctx.id)
+    body = await ctx.body_if_any()
+    username = body.text("username", strip=False)
+    useremail = body.text("useremail", strip=False)
+    body.done()
+    return await ctx.services.worktrees.merge(ctx.id, username, useremail)
 
 
 async def discard_worktree(ctx: Context) -> dict[str, Any]:
@@ -458,7 +469,7 @@ ACTIONS = (
            answer=UNDONE),
     Action("sessions_git", "Sessions|git", session_git, takes_id=True, answer=SESSION_GIT),
     Action("sessions_worktreemerge", "Sessions|worktreemerge", merge_worktree, changes=True, takes_id=True,
-           answer=MERGED),
+           body=MERGE_BODY, answer=MERGED),
     Action("sessions_worktreediscard", "Sessions|worktreediscard", discard_worktree, changes=True, takes_id=True,
            answer=SESSION),
     Action("sessions_redo", "Sessions|redo", redo_session, changes=True, takes_id=True, body=REDO_BODY,
