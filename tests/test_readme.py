@@ -53,6 +53,22 @@ class ReadmeTablesTest(unittest.TestCase):
         self.assertEqual(len(named), len(set(named)), "an action is in two rows")
         self.assertEqual(sorted(named), sorted(action.label for action in action_table().values()))
 
+    def test_architecture_names_only_modules_that_exist(self):
+        """Every module and folder of the Architecture's table is a file or folder of totem/,
+        and every module of totem/ is named there (by itself or by its folder)."""
+        table = rows(section(readme(), "Architecture"), "| module | owns |")
+        named = {name for first, _owns in table for name in re.findall(r"`([\w/]+(?:\.py|/))`", first)}
+        package = os.path.join(ROOT, "totem")
+        missing = sorted(name for name in named if not os.path.exists(os.path.join(package, name)))
+        self.assertEqual(missing, [], "named in the README's Architecture but not in totem/")
+        folders = {name for name in named if name.endswith("/")}
+        unnamed = sorted(
+            relative for relative in (os.path.relpath(os.path.join(folder, file), package)
+                                      for folder, _dirs, files in os.walk(package) for file in files
+                                      if file.endswith(".py") and file != "__init__.py")
+            if relative not in named and not any(relative.startswith(folder) for folder in folders))
+        self.assertEqual(unnamed, [], "modules of totem/ that the README's Architecture does not name")
+
     def test_tool_table_names_every_tool_once(self):
         """The README's table of tools names each tool of the registry once, and no other."""
         table = rows(section(readme(), "Tools"), "| tool | what it does |")
