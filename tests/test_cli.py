@@ -60,10 +60,11 @@ class CliTest(CliCase):
         self.assertEqual(code, 1)
         self.assertIn("model", err)
 
-    async def test_an_ask_with_reject_asks_is_rejected(self):
+    async def test_an_ask_with_reject_asks_is_rejected_and_exits_3(self):
+        """The work was refused: the run ends idle, but the exit code says a question was rejected."""
         self.model.script(reply(tool_calls=[("write", {"path": "x.txt", "content": "x"})]), reply("ok then"))
         code, out, err = await self.finish(await self.start("--reject-asks", "write x"))
-        self.assertEqual(code, 0, err)
+        self.assertEqual(code, 3, err)
         self.assertIn("rejected", err)
         self.assertFalse(os.path.exists(os.path.join(self.project["path"], "x.txt")))
         self.assertIn("ok then", out)
@@ -107,20 +108,108 @@ class CliTest(CliCase):
         self.assertFalse(self.app.runs.is_running(sessions[0]["id"]))
 
 
+class CliScriptTest(CliCase):
+    """What scripts and CI jobs need: standard input with the argument, each signal, each exit
+    code, the final JSON object, and the token never printed."""
+
+    def assert_no_token(self, *outputs: str) -> None:
+        for output in outputs:
+            self.assertNotIn(TOKEN, output)
+
+    async def newest_session(self) -> str:
+        sessions = (await call(self.app, "sessions", query=f"projectid={self.project['id']}")).json()["sessions"]
+        return sessions[0]["id"]
+
+    async def test_standard_input_comes_after_the_argument_as_a_fenced_block(self):
+        self.model.script(reply("reviewed"))
+        piped = b"diff --git a/x b/x\n+```js\n+code\n"
+        code, out, err = await self.finish(await self.start("review this", stdin=piped), piped)
+        self.assertEqual(code, 0, err)
+        sent = self.model.requests[0].body["messages"][-1]["content"]
+        # A fence longer than the run of backticks inside, so that the input cannot close it.
+        self.assertEqual(sent, "review this\n\n````\ndiff --git a/x b/x\n+```js\n+code\n````\n")
+        self.assert_no_token(out, err)
+
+    async def test_usage_errors_exit_2(self):
+        for args, stdin, words in ((("--format", "xml", "hi"), None, "invalid choice"), ((), b"  \n", "no prompt"),
+                                   (("--nosuchflag", "hi"), None, "unrecognized arguments")):
+            code, out, err = await self.finish(await self.start(*args, stdin=stdin), stdin)
+            self.assertEqual(code, 2, (args, err))
+            self.assertIn(words, err)
+            self.assert_no_token(out, err)
+
+    async def test_json_prints_one_object_with_the_result(self):
+        """`--format json`: one object at the end, in the documented shape, and nothing else."""
+        self.model.script(reply(tool_calls=[("write", {"path": "new.txt", "content": "n\n"})]),
+                          reply("Wrote new.txt."))
+        code, out, err = await self.finish(await self.start("--format", "json", "--reject-asks", "make new.txt"))
+        self.assertEqual(code, 3, err)
+        result = json.loads(out)
+        self.assertEqual(set(result), {"sessionid", "messageid", "status", "exit", "error", "text", "tokens", "files",
+                                       "questions"})
+        self.assertEqual((result["status"], result["exit"], result["error"]), ("refused", 3, None))
+        self.assertEqual(result["sessionid"], await self.newest_session())
+        self.assertEqual(result["text"], "Wrote new.txt.")
+        self.assertEqual(set(result["tokens"]), {"input", "output", "cost"})
+        self.assertGreater(result["tokens"]["output"], 0)
+        self.assertEqual(result["files"], [])
+        self.assertEqual(result["questions"], [{"kind": "permission", "tool": "write", "asked": "new.txt",
+                                                "answer": "reject"}])
+        self.assertRegex(result["messageid"], r"^\w+$")
+        self.assert_no_token(out, err)
+
+    async def test_each_signal_aborts_the_server_run_and_leaves_no_question(self):
+        """SIGINT, SIGTERM and SIGHUP while a question waits: the client says which, exits 130,
+        and the server's run is aborted with its question gone (nobody can approve it later)."""
+        for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            with self.subTest(signal=number.name):
+                self.model.script(reply(tool_calls=[("write", {"path": "w.txt", "content": "w"})]))
+                process = await self.start("write w")
+                seen = b""
+                while b"waits for your approval" not in seen:
+                    line = await asyncio.wait_for(process.stderr.readline(), 20)
+                    self.assertTrue(line, seen)
+                    seen += line
+                sessionid = await self.newest_session()
+                self.assertEqual(len(self.app.runs.questions.waiting(sessionid)), 1)
+                process.send_signal(number)
+                code, out, err = await self.finish(process)
+                self.assertEqual(code, 130, err)
+                self.assertIn(f"interrupted ({number.name}); the run was aborted", err)
+                for _ in range(2000):  # the abort was answered; the run's task ends right after
+                    if not self.app.runs.is_running(sessionid):
+                        break
+                    await asyncio.sleep(5 * MS)
+                self.assertFalse(self.app.runs.is_running(sessionid))
+                self.assertEqual(self.app.runs.questions.waiting(sessionid), [])
+                read = (await call(self.app, "sessions_read", ident=sessionid)).json()
+                self.assertIn(read["status"], ("aborted", "idle"))
+                self.assertFalse(os.path.exists(os.path.join(self.project["path"], "w.txt")))
+                self.assert_no_token(out, err, seen.decode())
+
+
 class CliTokenTest(TotemCase):
     settings = {"token": TOKEN}
 
-    async def run_with(self, token: str) -> tuple[int, str]:
+    async def run_with(self, token: str, *args: str) -> tuple[int, str]:
         token_file = os.path.join(self.tmp, "token")
         with open(token_file, "w") as handle:
             handle.write(token + "\n")
         project = self.folder("proj")
         process = await asyncio.create_subprocess_exec(
             sys.executable, os.path.join(ROOT, "totem.py"), "run", "--url", f"http://127.0.0.1:{self.app.port}",
-            "--config", os.path.join(self.tmp, "none.ini"), "--token-file", token_file, "--project", project, "hi",
-            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-        _out, err = await asyncio.wait_for(process.communicate(), 20)
+            "--config", os.path.join(self.tmp, "none.ini"), "--token-file", token_file, "--project", project,
+            *args, "hi", stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE)
+        out, err = await asyncio.wait_for(process.communicate(), 20)
+        self.assertNotIn(token, out.decode() + err.decode())  # never printed, on any path
         return process.returncode, err.decode()
+
+    async def test_no_format_prints_the_token(self):
+        """Each output format, on the refused prompt's path (no model): exit 1, token not shown."""
+        for output in ("text", "json", "jsonl"):
+            code, err = await self.run_with(TOKEN, "--format", output)
+            self.assertEqual(code, 1, (output, err))
 
     async def test_the_token_comes_from_the_file(self):
         """A wrong token is refused (401); the right one gets through to the prompt, which then

@@ -1,19 +1,28 @@
-"""`python totem.py run`: the headless client, for scripts and terminals.
+"""`python totem.py run`: the headless client, for scripts, CI jobs and terminals.
 
     python totem.py run [--url URL] [--token-file F] [--project PATH] [--session ID | --new]
-                        [--model M] [--mode build|plan] [--json] [--reject-asks] [TEXT]
+                        [--model M] [--mode build|plan] [--format text|json|jsonl]
+                        [--reject-asks] [TEXT]
 
 An adapter like the REST API, but on the other side of it: it opens the project (`--project`,
 default the current folder), creates a session (or takes `--session`), subscribes to its events
-on the WebSocket, then sends `Sessions|prompt` with the text (or standard input). The answer's
-text streams to stdout, tool activity to stderr (`--json`: every event as a JSON line on
-stdout). It exits 0 when the session goes idle, 1 on an error (or an aborted run), 130 when
-interrupted, which aborts the run first.
+on the WebSocket, then sends `Sessions|prompt` with the text. The text is the arguments, with
+standard input after them as a fenced block when it is a pipe or a file (`git diff | totem run
+"review this"`); standard input alone when there are no arguments. No TTY is needed.
+
+`--format text` (the default) streams the answer's text to stdout and tool activity to stderr;
+`jsonl` prints every event as one JSON line; `json` prints one object when the run ends (RESULT
+below). Exit codes (EXIT_*): 0 the run ended idle; 1 it failed (an error, an abort by someone
+else, a server that cannot be reached); 2 a usage error (bad flags, no prompt, a config that
+cannot say where the server is); 3 a question was rejected or could not be answered
+(`--reject-asks`); 130 interrupted: SIGINT, SIGTERM or SIGHUP abort the server's run first (a
+question that waits ends rejected with it), so a cancelled CI job leaves nothing running.
 
 It never approves anything: a permission question prints what waits and that it is answered in
 the Totem screen, or with `--reject-asks` is rejected (a question of the ask tool likewise). The
 token comes from `--token-file` or the `token` of the local config.ini, never from the command
-line (where other users of the machine could read it); it works against a server elsewhere.
+line (where other users of the machine could read it), and is never printed; it works against a
+server elsewhere.
 
 Must not: import the server's modules beyond the configuration reader.
 """
@@ -24,11 +33,14 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import signal
+import stat
 import sys
 import urllib.error
 import urllib.parse
 import urllib.request
+from typing import Any
 
 from totem.config import TOKENLESS, ConfigError, default_config_path, load_config
 from totem.http.auth import new_signin_code, signin_url, stored_token
@@ -36,7 +48,15 @@ from totem.security.vault import VaultError
 
 DEFAULT_URL = "http://127.0.0.1:8470"
 HTTP_TIMEOUT_S = 30.0
-EXIT_IDLE, EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_IDLE, EXIT_ERROR, EXIT_USAGE, EXIT_REFUSED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+# The signals that end the client: each aborts the server's run first.
+STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+FORMATS = ("text", "json", "jsonl")
+STATUS_OF_EXIT = {EXIT_IDLE: "done", EXIT_ERROR: "failed", EXIT_REFUSED: "refused", EXIT_INTERRUPTED: "interrupted"}
+RESULT_PAGE = 200  # the messages read at the end for `--format json` (the run's are the last ones)
+# The one object `--format json` prints when the run ends:
+#   {sessionid, messageid, status: done|failed|refused|interrupted, exit, error, text,
+#    tokens: {input, output, cost}, files: [path], questions: [{kind, tool, asked, answer}]}
 
 
 class ClientError(Exception):
@@ -55,10 +75,43 @@ def parser() -> argparse.ArgumentParser:
     which.add_argument("--new", action="store_true", help="a new session (the default)")
     p.add_argument("--model", help="the model, as <providerid>/<model>")
     p.add_argument("--mode", choices=("build", "plan"))
-    p.add_argument("--json", action="store_true", help="print every event as a JSON line")
-    p.add_argument("--reject-asks", action="store_true", help="reject permission questions instead of waiting")
-    p.add_argument("text", nargs="*", help="the prompt (default: standard input)")
+    p.add_argument("--format", choices=FORMATS, default="text",
+                   help="text: the answer as it streams; jsonl: every event as a JSON line; json: one object "
+                        "at the end (session, status, answer, tokens, cost, files, questions)")
+    p.add_argument("--json", action="store_const", const="jsonl", dest="format", help="the same as --format jsonl")
+    p.add_argument("--reject-asks", action="store_true",
+                   help="reject permission questions instead of waiting (then the exit code is 3)")
+    p.add_argument("text", nargs="*", help="the prompt; standard input, when it is a pipe or a file, is added "
+                                            "after it as a fenced block (or is the prompt, without one)")
+    p.epilog = ("exit codes: 0 done, 1 failed, 2 usage, 3 a question was rejected or could not be answered, "
+                "130 interrupted (SIGINT, SIGTERM and SIGHUP abort the server's run first)")
     return p
+
+
+def piped_input() -> str | None:
+    """Standard input when it is a pipe or a file (never a terminal, nor a socket or device a
+    script may have left open), else None. Blocks until it ends."""
+    try:
+        mode = os.fstat(sys.stdin.fileno()).st_mode
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not (stat.S_ISFIFO(mode) or stat.S_ISREG(mode)):
+        return None
+    return sys.stdin.read()
+
+
+def prompt_text(words: list[str], piped: str | None) -> str:
+    """The arguments, then what came on standard input as a fenced block (a fence longer than
+    any run of backticks in it, so that nothing in it closes the block)."""
+    text = " ".join(words)
+    if piped is None or not piped.strip():
+        return text
+    if not text.strip():
+        return piped
+    longest = max((len(run) for run in re.findall("`+", piped)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{text}\n\n{fence}\n{piped.rstrip(chr(10))}\n{fence}\n"
+
 
 
 class Client:
@@ -71,14 +124,20 @@ class Client:
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
-    async def call(self, action: str, body: dict | None = None, ident: str | None = None) -> object:
+    async def call(self, action: str, body: dict | None = None, ident: str | None = None) -> Any:
         return await asyncio.to_thread(self._call, action, body, ident)
 
-    def _call(self, action: str, body: dict | None, ident: str | None) -> object:
+    async def get(self, action: str, ident: str | None = None, query: dict[str, str] | None = None) -> Any:
+        return await asyncio.to_thread(self._call, action, None, ident, query or {})
+
+    def _call(self, action: str, body: dict | None, ident: str | None, query: dict[str, str] | None = None) -> Any:
         path = f"{self.url}/api/{action}" + (f"/{urllib.parse.quote(ident)}" if ident else "")
-        data = json.dumps(body or {}).encode()
-        request = urllib.request.Request(path, data=data, method="POST",
-                                         headers=self.headers() | {"Content-Type": "application/json"})
+        if query is not None:  # a read: GET with its query
+            request = urllib.request.Request(path + (f"?{urllib.parse.urlencode(query)}" if query else ""),
+                                             method="GET", headers=self.headers())
+        else:
+            request = urllib.request.Request(path, data=json.dumps(body or {}).encode(), method="POST",
+                                             headers=self.headers() | {"Content-Type": "application/json"})
         try:
             with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S) as answer:
                 return json.loads(answer.read() or b"null")
@@ -131,9 +190,9 @@ def server_url(args, config) -> str:
 class Follower:
     """Prints the events of one run and says how it ended."""
 
-    def __init__(self, client: Client, as_json: bool, reject_asks: bool, out=sys.stdout, err=sys.stderr):
+    def __init__(self, client: Client, output: str, reject_asks: bool, out=sys.stdout, err=sys.stderr):
         self.client = client
-        self.as_json = as_json
+        self.output = output  # text, json or jsonl
         self.reject_asks = reject_asks
         self.out = out
         self.err = err
@@ -142,30 +201,38 @@ class Follower:
         self.prompted: str | None = None  # our message: events before it are another run's
         self.sessionid = ""
         self.error = ""
+        self.questions: list[dict] = []  # {kind, tool, asked, answer} of each question of the run
+        self.refused = False  # a question was rejected or answered that nobody is here
+
+    @property
+    def streams_text(self) -> bool:
+        return self.output == "text"
 
     async def event(self, event: dict) -> int | None:
         """Handle one event; an exit code when the run ended."""
         kind, data = event.get("type"), event.get("data") or {}
         if event.get("sessionid") != self.sessionid:
             return None  # session.status and session.updated come for every session
-        if self.as_json:
+        if self.output == "jsonl":
             print(json.dumps(event, ensure_ascii=False), file=self.out, flush=True)
         if kind == "part.created":
             part = data["part"]
             if part["kind"] == "text":
                 self.text_parts.add(part["id"])
-                if part.get("text") and not self.as_json:
+                if part.get("text") and self.streams_text:
                     self.write(part["text"])
             elif part["kind"] == "tool":
                 self.tools[part["id"]] = (part.get("data") or {}).get("tool") or "tool"
-        elif kind == "part.delta" and data.get("partid") in self.text_parts and not self.as_json:
+        elif kind == "part.delta" and data.get("partid") in self.text_parts and self.streams_text:
             self.write(data["text"])
-        elif kind == "part.updated" and data["part"]["kind"] == "tool" and not self.as_json:
+        elif kind == "part.updated" and data["part"]["kind"] == "tool" and self.streams_text:
             part = data["part"]
             title = (part.get("data") or {}).get("title") or ""
             self.note(f"[{self.tools.get(part['id'], 'tool')}] {part['status']} {title}".rstrip())
         elif kind == "permission.ask":
             await self.ask(data)
+        elif kind == "permission.replied":
+            self.answered(data.get("id"), data.get("reply"))
         elif kind == "question.ask":
             await self.question(data)
         elif kind == "error" and not data.get("retry"):
@@ -173,16 +240,24 @@ class Follower:
         elif kind == "session.status" and self.prompted is not None:
             status = data.get("status")
             if status == "idle":
-                return EXIT_IDLE
+                return EXIT_REFUSED if self.refused else EXIT_IDLE
             if status in ("error", "aborted"):
-                if self.error:
+                if self.error and self.output != "json":
                     self.note(f"totem: {self.error}")
                 return EXIT_ERROR
         return None
 
+    def answered(self, askid: str | None, reply: str | None) -> None:
+        for question in self.questions:
+            if question.get("id") == askid and question["answer"] is None:
+                question["answer"] = reply
+                self.refused = self.refused or reply == "reject"
+
     async def ask(self, data: dict) -> None:
         what = "; ".join(item.get("shown") or item.get("command", "") for item in data.get("commands") or ()) \
             or json.dumps(data.get("input"), ensure_ascii=False)[:300]
+        self.questions.append({"id": data.get("id"), "kind": "permission", "tool": data.get("tool"), "asked": what,
+                               "answer": None})
         if self.reject_asks:
             self.note(f"[{data.get('tool')}] asks: {what} — rejected (--reject-asks)")
             await self.client.call("permissions_reply", {"reply": "reject"}, data["id"])
@@ -191,10 +266,13 @@ class Follower:
                       f"  answer it in the Totem screen ({self.client.url}/)")
 
     async def question(self, data: dict) -> None:
+        asked = {"id": data.get("id"), "kind": "question", "tool": "ask", "asked": data.get("text"), "answer": None}
+        self.questions.append(asked)
         if self.reject_asks:
             self.note(f"question: {data.get('text')} — answered that nobody is here (--reject-asks)")
-            await self.client.call("questions_reply", {"answer": "nobody is here to answer; decide yourself"},
-                                   data["id"])
+            asked["answer"] = NOBODY_ANSWER
+            self.refused = True
+            await self.client.call("questions_reply", {"answer": NOBODY_ANSWER}, data["id"])
         else:
             self.note(f"question: {data.get('text')}\n  answer it in the Totem screen ({self.client.url}/)")
 
@@ -204,6 +282,9 @@ class Follower:
 
     def note(self, text: str) -> None:
         print(text, file=self.err, flush=True)
+
+
+NOBODY_ANSWER = "nobody is here to answer; decide yourself"
 
 
 async def run(args) -> int:
@@ -217,16 +298,20 @@ async def run(args) -> int:
     except ClientError as exc:
         print(f"totem run: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    text = " ".join(args.text) if args.text else await asyncio.to_thread(sys.stdin.read)
+    text = prompt_text(args.text, await asyncio.to_thread(piped_input))
     if not text.strip():
         print("totem run: no prompt (give it as arguments or on standard input)", file=sys.stderr)
         return EXIT_USAGE
-    follower = Follower(client, args.json, args.reject_asks)
+    follower = Follower(client, args.format, args.reject_asks)
     try:
-        return await _follow(client, follower, args, text)
+        code = await _follow(client, follower, args, text)
     except ClientError as exc:
         print(f"totem run: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+        code = EXIT_ERROR
+        follower.error = follower.error or str(exc)
+    if args.format == "json" and follower.sessionid:
+        print(json.dumps(await _result(client, follower, code), ensure_ascii=False), flush=True)
+    return code
 
 
 async def _follow(client: Client, follower: Follower, args, text: str) -> int:
@@ -238,41 +323,77 @@ async def _follow(client: Client, follower: Follower, args, text: str) -> int:
         await client.call("sessions_read", None, sessionid)
     else:
         project = await client.call("projects_open", {"path": os.path.abspath(args.project)})
-        session = await client.call("sessions_create", {"projectid": project["id"]})  # type: ignore[index]
-        sessionid = session["id"]  # type: ignore[index]
+        session = await client.call("sessions_create", {"projectid": project["id"]})
+        sessionid = session["id"]
     follower.sessionid = sessionid
     ws_url = "ws" + client.url[len("http"):] + "/ws/"
-    interrupted = asyncio.Event()
+    stopped: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
     loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGINT, interrupted.set)
+
+    def stop(number: int) -> None:
+        if not stopped.done():
+            stopped.set_result(number)
+
+    for number in STOPPING:
+        loop.add_signal_handler(number, stop, number)
     try:
         async with connect(ws_url, additional_headers=client.headers(), max_size=None) as ws:
             await ws.send(json.dumps({"type": "subscribe", "sessionid": sessionid}))
             body = {"text": text} | {key: value for key, value in (("model", args.model), ("mode", args.mode))
                                      if value}
-            answer = await client.call("sessions_prompt", body, sessionid)
-            follower.prompted = answer["messageid"]  # type: ignore[index]
-            waiting = asyncio.ensure_future(interrupted.wait())
-            try:
-                while True:
-                    received = asyncio.ensure_future(ws.recv())
-                    done, _ = await asyncio.wait({received, waiting}, return_when=asyncio.FIRST_COMPLETED)
-                    if waiting in done:
-                        received.cancel()
-                        await client.call("sessions_abort", None, sessionid)
-                        follower.note("totem run: interrupted; the run was aborted")
-                        return EXIT_INTERRUPTED
-                    code = await follower.event(json.loads(received.result()))
-                    if code is not None:
-                        if not follower.as_json:
-                            follower.write("\n")
-                        return code
-            finally:
-                waiting.cancel()
+            prompting: asyncio.Future[Any] = asyncio.ensure_future(client.call("sessions_prompt", body, sessionid))
+            await asyncio.wait((prompting, stopped), return_when=asyncio.FIRST_COMPLETED)
+            if not stopped.done():
+                follower.prompted = (await prompting)["messageid"]
+            while not stopped.done():
+                received: asyncio.Future[Any] = asyncio.ensure_future(ws.recv())
+                await asyncio.wait((received, stopped), return_when=asyncio.FIRST_COMPLETED)
+                if stopped.done():
+                    received.cancel()
+                    break
+                code = await follower.event(json.loads(received.result()))
+                if code is not None:
+                    if follower.streams_text:
+                        follower.write("\n")
+                    return code
+            if not prompting.done():
+                await prompting  # the prompt was sent: what it started is aborted below
+            await client.call("sessions_abort", None, sessionid)
+            follower.note(f"totem run: interrupted ({signal.Signals(stopped.result()).name}); the run was aborted")
+            return EXIT_INTERRUPTED
     except (OSError, WebSocketException) as exc:
         raise ClientError(f"the event stream of {ws_url} ended: {exc}") from None
     finally:
-        loop.remove_signal_handler(signal.SIGINT)
+        for number in STOPPING:
+            loop.remove_signal_handler(number)
+
+
+async def _result(client: Client, follower: Follower, code: int) -> dict:
+    """The object `--format json` prints (RESULT): read from the server once the run ended."""
+    result: dict = {"sessionid": follower.sessionid, "messageid": None, "status": STATUS_OF_EXIT.get(code, "failed"),
+                    "exit": code, "error": follower.error or None, "text": "",
+                    "tokens": {"input": 0, "output": 0, "cost": 0.0}, "files": [],
+                    "questions": [{key: value for key, value in question.items() if key != "id"}
+                                  for question in follower.questions]}
+    try:
+        page = await client.get("sessions_messages", follower.sessionid, {"limit": str(RESULT_PAGE)})
+        changed = await client.get("sessions_diff", follower.sessionid)
+    except ClientError as exc:
+        result["error"] = result["error"] or str(exc)
+        return result
+    ours = [message for message in page["messages"]
+            if follower.prompted is not None and message["id"] > follower.prompted and message["role"] == "assistant"]
+    if ours:
+        result["messageid"] = ours[-1]["id"]
+    result["text"] = "".join(part.get("text") or "" for message in ours for part in message["parts"]
+                             if part["kind"] == "text")
+    for message in ours:
+        tokens = (message.get("data") or {}).get("tokens") or {}
+        for key in ("input", "output", "cost"):
+            result["tokens"][key] += tokens.get(key) or 0
+    result["tokens"]["cost"] = round(result["tokens"]["cost"], 8)
+    result["files"] = sorted(item["path"] for item in changed)
+    return result
 
 
 def main(argv: list[str]) -> int:
