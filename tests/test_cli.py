@@ -9,7 +9,7 @@ import os
 import signal
 import sys
 
-from tests.model_server import reply
+from tests.model_server import models_fixture, reply
 from tests.test_loop import LoopCase
 from tests.utils import MS, TOKEN, TotemCase, call
 
@@ -23,10 +23,10 @@ class CliCase(LoopCase):
         with open(self.token_file, "w") as handle:
             handle.write("")  # no token configured: a loopback client needs none
 
-    async def start(self, *args: str, stdin: bytes | None = None):
+    async def start(self, *args: str, stdin: bytes | None = None, model: bool = True):
         argv = [sys.executable, os.path.join(ROOT, "totem.py"), "run", "--url", f"http://127.0.0.1:{self.app.port}",
                 "--config", os.path.join(self.tmp, "none.ini"), "--token-file", self.token_file,
-                "--project", self.project["path"], "--model", self.modelref, *args]
+                "--project", self.project["path"], *(("--model", self.modelref) if model else ()), *args]
         return await asyncio.create_subprocess_exec(
             *argv, stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
@@ -157,6 +157,67 @@ class CliScriptTest(CliCase):
                                                 "answer": "reject"}])
         self.assertRegex(result["messageid"], r"^\w+$")
         self.assert_no_token(out, err)
+
+    async def json_run(self, *args: str, model: bool = False) -> dict:
+        code, out, err = await self.finish(await self.start("--format", "json", *args, model=model))
+        self.assertEqual(code, 0, err)
+        return json.loads(out)
+
+    async def test_continue_and_the_default_model(self):
+        """--continue prompts the project's latest session with its model; a new session without
+        --model takes the model of the project's latest session that has one; with none, the
+        server's refusal names the model (exit 1)."""
+        code, _out, err = await self.finish(await self.start("hi", model=False))
+        self.assertEqual(code, 1)
+        self.assertIn("model", err)
+        self.model.script(reply("first"), reply("second"), reply("third"))
+        first = await self.json_run("one", model=True)
+        second = await self.json_run("--continue", "two")
+        self.assertEqual(second["sessionid"], first["sessionid"])
+        self.assertEqual(second["text"], "second")
+        third = await self.json_run("three")
+        self.assertNotEqual(third["sessionid"], first["sessionid"])
+        self.assertEqual(third["text"], "third")
+        sent = [request.body["messages"][-1]["content"] for request in self.model.requests]
+        self.assertEqual(sent, ["one", "two", "three"])
+        self.assertEqual(len(self.model.requests[1].body["messages"]), 4)  # system, one, first, two
+
+    async def test_models_lists_the_references(self):
+        """--models lists each `<providerid>/<model>` of the providers' own lists; a provider that
+        cannot list says why on stderr."""
+        code, out, err = await self.finish(await self.start("--models", model=False))
+        self.assertEqual((code, out), (0, ""), err)
+        self.assertIn("Scripted: ", err)  # the scripted server serves no list yet
+        self.model.serve_models("openai_v1_models")
+        listed = models_fixture("openai_v1_models")["data"][0]["id"]
+        code, out, err = await self.finish(await self.start("--models", model=False))
+        self.assertEqual(code, 0, err)
+        self.assertIn(f"{self.provider['id']}/{listed}\tScripted", out.splitlines())
+        code, out, err = await self.finish(await self.start("--models", "--format", "json", model=False))
+        self.assertIn({"id": f"{self.provider['id']}/{listed}", "provider": "Scripted"}, json.loads(out))
+
+    async def test_file_command_and_agent(self):
+        """--file attaches a file; --command runs a project command with the text as its
+        arguments; --agent gives the prompt a project agent; a missing file is a usage error."""
+        notes = os.path.join(self.tmp, "notes.md")
+        with open(notes, "w") as handle:
+            handle.write("the attached words 7421\n")
+        os.makedirs(os.path.join(self.project["path"], ".totem", "commands"))
+        os.makedirs(os.path.join(self.project["path"], ".totem", "agents"))
+        with open(os.path.join(self.project["path"], ".totem", "commands", "greet.md"), "w") as handle:
+            handle.write("Greet $ARGUMENTS warmly.\n")
+        with open(os.path.join(self.project["path"], ".totem", "agents", "terse.md"), "w") as handle:
+            handle.write("Answer in one word, terse agent 5150.\n")
+        self.model.script(reply("read"), reply("greeted"), reply("ok"))
+        await self.json_run("--file", notes, "read this", model=True)
+        self.assertIn("the attached words 7421", json.dumps(self.model.requests[-1].body))
+        await self.json_run("--command", "greet", "the team", model=True)
+        self.assertIn("Greet the team warmly.", json.dumps(self.model.requests[-1].body))
+        await self.json_run("--agent", "terse", "hello", model=True)
+        self.assertIn("terse agent 5150", json.dumps(self.model.requests[-1].body))
+        code, _out, err = await self.finish(await self.start("--file", os.path.join(self.tmp, "nope"), "x"))
+        self.assertEqual(code, 2)
+        self.assertIn("--file", err)
 
     async def test_each_signal_aborts_the_server_run_and_leaves_no_question(self):
         """SIGINT, SIGTERM and SIGHUP while a question waits: the client says which, exits 130,

@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
+import mimetypes
 import os
 import re
 import signal
@@ -53,6 +55,8 @@ EXIT_IDLE, EXIT_ERROR, EXIT_USAGE, EXIT_REFUSED, EXIT_INTERRUPTED = 0, 1, 2, 3, 
 STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 FORMATS = ("text", "json", "jsonl")
 STATUS_OF_EXIT = {EXIT_IDLE: "done", EXIT_ERROR: "failed", EXIT_REFUSED: "refused", EXIT_INTERRUPTED: "interrupted"}
+LATEST_SESSIONS = 20  # read for --continue and for the latest model
+MAX_FILE_BYTES = 20 * 1024 * 1024  # of one --file (the server's own limit applies too)
 RESULT_PAGE = 200  # the messages read at the end for `--format json` (the run's are the last ones)
 # The one object `--format json` prints when the run ends:
 #   {sessionid, messageid, status: done|failed|refused|interrupted, exit, error, text,
@@ -72,8 +76,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--project", default=os.getcwd(), help="the project folder (default: the current folder)")
     which = p.add_mutually_exclusive_group()
     which.add_argument("--session", help="prompt this session instead of a new one")
+    which.add_argument("--continue", action="store_true", dest="resume",
+                       help="prompt the project's most recently changed session")
     which.add_argument("--new", action="store_true", help="a new session (the default)")
-    p.add_argument("--model", help="the model, as <providerid>/<model>")
+    p.add_argument("--model", help="the model, as <providerid>/<model> (default: the session's, or for a new "
+                                   "session the model of the project's latest session that has one)")
+    p.add_argument("--models", action="store_true", help="list the model references the server offers, and exit")
+    p.add_argument("--file", action="append", default=[], metavar="PATH",
+                   help="attach a file to the prompt (repeatable)")
+    p.add_argument("--agent", help="a project agent (.totem/agents/NAME.md) for this prompt")
+    p.add_argument("--command", help="a project command (.totem/commands/NAME.md); the text is its arguments")
     p.add_argument("--mode", choices=("build", "plan"))
     p.add_argument("--format", choices=FORMATS, default="text",
                    help="text: the answer as it streams; jsonl: every event as a JSON line; json: one object "
@@ -298,9 +310,16 @@ async def run(args) -> int:
     except ClientError as exc:
         print(f"totem run: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if args.models:
+        return await _list_models(client, args.format)
     text = prompt_text(args.text, await asyncio.to_thread(piped_input))
-    if not text.strip():
+    if not text.strip() and not args.command:
         print("totem run: no prompt (give it as arguments or on standard input)", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        args.attachments = [attachment(path) for path in args.file]
+    except ClientError as exc:
+        print(f"totem run: {exc}", file=sys.stderr)
         return EXIT_USAGE
     follower = Follower(client, args.format, args.reject_asks)
     try:
@@ -318,13 +337,22 @@ async def _follow(client: Client, follower: Follower, args, text: str) -> int:
     from websockets.asyncio.client import connect
     from websockets.exceptions import WebSocketException
 
+    model = args.model
     if args.session:
         sessionid = args.session
-        await client.call("sessions_read", None, sessionid)
+        await client.get("sessions_read", sessionid)
     else:
         project = await client.call("projects_open", {"path": os.path.abspath(args.project)})
-        session = await client.call("sessions_create", {"projectid": project["id"]})
-        sessionid = session["id"]
+        recent = (await client.get("sessions", None, {"projectid": project["id"], "limit": str(LATEST_SESSIONS)})
+                  )["sessions"]
+        if args.resume and not recent:
+            raise ClientError(f"--continue: the project {project['path']} has no session yet")
+        if args.resume:
+            sessionid = recent[0]["id"]
+        else:
+            # A new session has no model of its own: the project's latest one that has one.
+            model = model or next((session["model"] for session in recent if session.get("model")), None)
+            sessionid = (await client.call("sessions_create", {"projectid": project["id"]}))["id"]
     follower.sessionid = sessionid
     ws_url = "ws" + client.url[len("http"):] + "/ws/"
     stopped: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -339,8 +367,7 @@ async def _follow(client: Client, follower: Follower, args, text: str) -> int:
     try:
         async with connect(ws_url, additional_headers=client.headers(), max_size=None) as ws:
             await ws.send(json.dumps({"type": "subscribe", "sessionid": sessionid}))
-            body = {"text": text} | {key: value for key, value in (("model", args.model), ("mode", args.mode))
-                                     if value}
+            body = prompt_body(text, model, args)
             prompting: asyncio.Future[Any] = asyncio.ensure_future(client.call("sessions_prompt", body, sessionid))
             await asyncio.wait((prompting, stopped), return_when=asyncio.FIRST_COMPLETED)
             if not stopped.done():
@@ -366,6 +393,60 @@ async def _follow(client: Client, follower: Follower, args, text: str) -> int:
     finally:
         for number in STOPPING:
             loop.remove_signal_handler(number)
+
+
+def prompt_body(text: str, model: str | None, args) -> dict:
+    """Sessions|prompt's body: the text (a command's arguments with --command), and what the
+    flags chose."""
+    body: dict = {"command": args.command, "arguments": text} if args.command else {"text": text}
+    chosen = (("model", model), ("mode", args.mode), ("agent", args.agent),
+              ("attachments", getattr(args, "attachments", None)))
+    return body | {key: value for key, value in chosen if value}
+
+
+def attachment(path: str) -> dict:
+    """A file for `attachments`: its name, media type (by its extension; text/plain for text
+    that has none) and content. Raises ClientError."""
+    try:
+        with open(path, "rb") as handle:
+            content = handle.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ClientError(f"--file {path}: {exc.strerror}") from None
+    if len(content) > MAX_FILE_BYTES:
+        raise ClientError(f"--file {path}: larger than {MAX_FILE_BYTES // (1024 * 1024)} MB")
+    mime = mimetypes.guess_type(path)[0]
+    if mime is None:
+        mime = "text/plain" if _is_text(content) else "application/octet-stream"
+    return {"name": os.path.basename(path), "mime": mime, "data": base64.b64encode(content).decode()}
+
+
+def _is_text(content: bytes) -> bool:
+    try:
+        content.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return b"\0" not in content
+
+
+async def _list_models(client: Client, output: str) -> int:
+    """`--models`: each reference `<providerid>/<model>` a prompt may name, with its provider;
+    a provider that could not list its models says why on stderr."""
+    try:
+        catalog = await client.get("providers_catalog")
+    except ClientError as exc:
+        print(f"totem run: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    models = catalog["models"]
+    for provider in catalog["providers"]:
+        if provider.get("error"):
+            print(f"totem run: {provider['name']}: {provider['error']}", file=sys.stderr)
+    if output == "text":
+        for model in models:
+            print(f"{model['id']}\t{model['provider']['name']}")
+    else:
+        print(json.dumps([{"id": model["id"], "provider": model["provider"]["name"]} for model in models],
+                         ensure_ascii=False))
+    return EXIT_IDLE
 
 
 async def _result(client: Client, follower: Follower, code: int) -> dict:
