@@ -312,14 +312,19 @@ class PinnedServerTest(McpClientCase):
         await self.idle()
         return ask
 
-    async def starts_without_a_question(self) -> None:
+    async def another_session_asks_nothing(self) -> str:
+        """Prompt a new session of the project: its run asks no question. Returns its id."""
         other = await self.create_session(self.project["id"])
         await self.ws.send(json.dumps({"type": "subscribe", "sessionid": other["id"]}))
         self.model.script(reply("again"))
         await call(self.app, "sessions_prompt", {"text": "again", "model": self.modelref}, ident=other["id"])
         events = await self.events_until("idle", 20_000)
         self.assertNotIn("permission.ask", [event["type"] for event in events])
-        self.assertEqual((await self.servers(other["id"]))["servers"][0]["state"], "running")
+        return other["id"]
+
+    async def starts_without_a_question(self) -> None:
+        other = await self.another_session_asks_nothing()
+        self.assertEqual((await self.servers(other))["servers"][0]["state"], "running")
 
     async def test_the_question_shows_values_masks_secrets_flags_loaders_and_lists_the_files(self):
         """The start question lists the files its approval covers, each variable's value but the
@@ -549,13 +554,8 @@ class PinnedServerTest(McpClientCase):
         self.assertEqual((rule["action"], rule["pattern"]), ("deny", subject))
         self.assertEqual(rule["described"], ask["input"]["approval"])
 
-        other = await self.create_session(self.project["id"])
-        await self.ws.send(json.dumps({"type": "subscribe", "sessionid": other["id"]}))
-        self.model.script(reply("again"))
-        await call(self.app, "sessions_prompt", {"text": "again", "model": self.modelref}, ident=other["id"])
-        events = await self.events_until("idle", 20_000)
-        self.assertNotIn("permission.ask", [event["type"] for event in events])
-        [part] = await self.start_parts(other["id"])
+        other = await self.another_session_asks_nothing()
+        [part] = await self.start_parts(other)
         self.assertEqual(part["status"], "denied")
         self.assertEqual(part["data"]["error"], f"Not started: a rule for this project refuses "
                          f"{ask['input']['approval']} (Rules: remove it to be asked again)")

@@ -68,15 +68,15 @@ class Permissions:
         """Give each rule for one exact definition of an MCP server's start (`name@<digest>`)
         the words of what it covers (`described`): from what its approval pinned, else from the
         project's definition of today when it is the same, else that it is an older one."""
+        starts = [(rule, name, digest) for rule in rules if rule["tool"] == START_TOOL
+                  for name, at, digest in [rule["pattern"].rpartition("@")] if at and name]
         covered = {pin["digest"]: approval_words(pin["server"], pin["manifest"])
-                   for pin in reversed(await self.rules.server_pins(projectid))}
-        definitions, _problems = await asyncio.to_thread(offered_servers, root)
-        covered |= {definition.digest: approval_words(definition.name, definition.manifest())
-                    for definition in definitions}
-        for rule in rules:
-            name, at, digest = rule["pattern"].rpartition("@")
-            if rule["tool"] != START_TOOL or not at or not name:
-                continue
+                   for pin in await self.rules.server_pins(projectid)}
+        if any(digest not in covered for _rule, _name, digest in starts):  # a deny has no pin: read today's
+            definitions, _problems = await asyncio.to_thread(offered_servers, root)
+            covered |= {definition.digest: approval_words(definition.name, definition.manifest())
+                        for definition in definitions}
+        for rule, name, digest in starts:
             rule["described"] = covered.get(digest) or (
                 f"the MCP server {name} in a definition the project no longer has (a later one asks again)")
 

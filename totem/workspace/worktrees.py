@@ -141,10 +141,12 @@ def author_problems(name: str | None, email: str | None) -> list[tuple[str, str]
 async def author(root: str) -> dict[str, str | None]:
     """The author git gives the repository's commits: `{name, email}` (user.name and
     user.email, from any of git's config files), None where there is none."""
-    found: dict[str, str | None] = {}
-    for key in ("name", "email"):
-        code, out, _err = await _git_code(root, "config", "--get", f"user.{key}")
-        found[key] = out.strip() or None if code == 0 else None
+    found: dict[str, str | None] = {"name": None, "email": None}
+    # One git for both (the panel reads this at every refresh); a later file's value wins.
+    code, out, _err = await _git_code(root, "config", "--get-regexp", r"^user\.(name|email)$")
+    for line in out.splitlines() if code == 0 else ():
+        key, _, value = line.partition(" ")
+        found[key.removeprefix("user.")] = value.strip() or None
     return found
 
 
