@@ -268,9 +268,9 @@ class McpServer:
                 answers.append(answer)
         if not answers:
             return Response(202, b"", None, headers)
+        if not batch and answers[0].get("error", {}).get("code") == INVALID_REQUEST:
+            return _rpc_response(answers[0], 400, headers)  # the transport refuses a message it cannot take
         payload = answers if batch else answers[0]
-        if not batch and payload.get("error", {}).get("code") == INVALID_REQUEST:
-            return _rpc_response(payload, 400, headers)  # the transport's answer to a message it cannot take
         if _wants_stream(request):
             data = json.dumps(payload, separators=(",", ":")).encode()
             return Response(200, b"event: message\r\ndata: " + data + b"\r\n\r\n", SSE_TYPE,
