@@ -191,34 +191,40 @@ class OffTest(TotemCase):
 class ErrorCodesTest(McpCase):
     """JSON-RPC errors as the 2025-11-25 revision says, each on the wire."""
 
-    async def test_an_invalid_request_is_32600_with_a_null_id_and_400(self):
+    async def test_an_invalid_request_is_32600_in_a_400(self):
         """A request's id must be text or an integer (never null, an object, a list, a boolean
-        or a fraction), `jsonrpc` must be "2.0", the method text: else -32600, id null, HTTP
-        400, and the method is not run."""
+        or a fraction), `jsonrpc` must be "2.0", the method text: else -32600 in an HTTP 400,
+        and the method is not run. The answer's id is null when the request's is not an id."""
         session, _ = await self.initialize()
-        cases = {"null id": {"jsonrpc": "2.0", "id": None, "method": "tools/list"},
+        bad_ids = {"null id": {"jsonrpc": "2.0", "id": None, "method": "tools/list"},
                  "object id": {"jsonrpc": "2.0", "id": {"x": 1}, "method": "tools/list"},
                  "list id": {"jsonrpc": "2.0", "id": [1], "method": "tools/list"},
                  "true id": {"jsonrpc": "2.0", "id": True, "method": "tools/list"},
                  "false id": {"jsonrpc": "2.0", "id": False, "method": "tools/list"},
                  "fraction id": {"jsonrpc": "2.0", "id": 1.5, "method": "tools/list"},
-                 "no jsonrpc": {"id": 1, "method": "tools/list"},
+                 "null id, no jsonrpc": {"id": None, "method": "tools/list"},
+                 "no id, no method": {"jsonrpc": "2.0", "params": {}},
+                 "notification, method number": {"jsonrpc": "2.0", "method": 5},
+                 "not an object": "tools/list", "a number": 3, "null": None}
+        # JSON-RPC: "If there was an error in detecting the id", null; else the id is echoed.
+        good_ids = {"no jsonrpc": {"id": 1, "method": "tools/list"},
                  "jsonrpc 1.0": {"jsonrpc": "1.0", "id": 1, "method": "tools/list"},
                  "jsonrpc number": {"jsonrpc": 2.0, "id": 1, "method": "tools/list"},
                  "method number": {"jsonrpc": "2.0", "id": 1, "method": 5},
                  "method null": {"jsonrpc": "2.0", "id": 1, "method": None},
                  "neither request nor response": {"jsonrpc": "2.0", "id": 1},
-                 "result and error": {"jsonrpc": "2.0", "id": 1, "result": {}, "error": {"code": 1}},
-                 "not an object": "tools/list"}
-        for name, message in cases.items():
-            with self.subTest(name):
-                for accept in (ACCEPT, "text/event-stream"):
-                    answer = await self.post(message, session, headers={"Accept": accept})
-                    self.assertEqual((answer.status, answer.header("content-type")), (400, "application/json"),
-                                     answer.body)
-                    body = answer.json()
-                    self.assertEqual((body["jsonrpc"], body["id"], body["error"]["code"]), ("2.0", None, -32600))
-                    self.assertNotIn("result", body)
+                 "result and error": {"jsonrpc": "2.0", "id": 1, "result": {}, "error": {"code": 1}}}
+        for cases, ident in ((bad_ids, None), (good_ids, 1)):
+            for name, message in cases.items():
+                with self.subTest(name):
+                    for accept in (ACCEPT, "text/event-stream"):
+                        answer = await self.post(None, session, headers={"Accept": accept},
+                                                 raw=json.dumps(message).encode())
+                        self.assertEqual((answer.status, answer.header("content-type")),
+                                         (400, "application/json"), answer.body)
+                        body = answer.json()
+                        self.assertEqual((body["jsonrpc"], body["id"], body["error"]["code"]), ("2.0", ident, -32600))
+                        self.assertNotIn("result", body)
         init = await self.post({"jsonrpc": "2.0", "id": None, "method": "initialize", "params": {}})
         self.assertEqual((init.status, init.json()["error"]["code"], init.json()["id"]), (400, -32600, None))
         self.assertIsNone(init.header("mcp-session-id"))

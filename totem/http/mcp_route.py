@@ -14,7 +14,8 @@ An answer is JSON, or one SSE event when the client accepts only a stream; notif
 202. Errors as the 2025-11-25 revision says: a tool's failure and arguments that fail its input
 schema are `isError` results the model can read; an unknown tool or a malformed `tools/call`
 (no name, arguments not an object) is -32602; an invalid request (an id null or not text or an
-integer, no `"jsonrpc": "2.0"`, a method not text) is -32600 with a null id and HTTP 400; an
+integer, no `"jsonrpc": "2.0"`, a method not text) is -32600 in an HTTP 400, its id echoed when
+it is one (null when it is not); an
 unknown method is -32601; nothing is ever a 500.
 
 The caller never answers a question, sets auto-accept, widens the mode or makes a rule here,
@@ -281,8 +282,8 @@ class McpServer:
 
     async def _one(self, message, session: _Session | None, headers: list) -> dict | None:
         problem = _invalid(message)
-        if problem is not None:  # the id of an invalid request is not to be trusted: null
-            return _error(None, INVALID_REQUEST, problem)
+        if problem is not None:  # JSON-RPC: the id is echoed when it can be read, else null
+            return _error(_id_of(message), INVALID_REQUEST, problem)
         if "method" not in message:
             return None  # a response to a request of ours: we send none, so nothing to do
         if "id" not in message:
