@@ -159,7 +159,7 @@ class ToolsTest(McpCase):
                 result = await self.tool(session, name, arguments)
                 self.assertTrue(result["isError"], result)
                 self.assertIn(words, result["content"][0]["text"])
-        for name in ("Permissions_reply", "Terminal", "", None):
+        for name in ("Permissions_reply", "Terminal", ""):
             with self.subTest(unknown=name):
                 answer = await self.rpc(session, "tools/call", {"name": name, "arguments": {"id": "x"}})
                 self.assertEqual(answer["error"]["code"], -32602, answer)
@@ -171,28 +171,140 @@ class ToolsTest(McpCase):
 
 class OffTest(TotemCase):
     async def test_off_by_default(self):
-        """With mcp = false (the default) the route does not exist: 404 for every method."""
-        for method in ("POST", "GET", "DELETE"):
+        """With mcp = false (the default) the route does not exist: 404 for every method, never
+        405 (which would say that it exists), with or without a session id."""
+        for method in ("POST", "GET", "DELETE", "PUT", "OPTIONS", "HEAD"):
             for path in ("/$mcp/", "/$mcp"):
-                answer = await request(self.app, method, path, {"jsonrpc": "2.0", "id": 0, "method": "initialize"}
-                                       if method == "POST" else None)
-                self.assertEqual(answer.status, 404, (method, path))
-                self.assertIn(b"mcp = true", answer.body)
-                self.assertNotIn(b"protocolVersion", answer.body)
+                with self.subTest(method=method, path=path):
+                    answer = await request(self.app, method, path,
+                                           {"jsonrpc": "2.0", "id": 0, "method": "initialize"}
+                                           if method == "POST" else None,
+                                           headers={"Accept": ACCEPT, "Mcp-Session-Id": "0" * 32})
+                    self.assertEqual(answer.status, 404, (method, path))
+                    self.assertIsNone(answer.header("allow"))
+                    self.assertIsNone(answer.header("mcp-session-id"))
+                    if method != "HEAD":
+                        self.assertIn(b"mcp = true", answer.body)
+                        self.assertNotIn(b"protocolVersion", answer.body)
 
 
-class NullIdTest(McpCase):
-    async def test_a_request_with_a_null_id_is_invalid(self):
-        """A request's id must not be null: -32600, and the method is not run."""
+class ErrorCodesTest(McpCase):
+    """JSON-RPC errors as the 2025-11-25 revision says, each on the wire."""
+
+    async def test_an_invalid_request_is_32600_in_a_400(self):
+        """A request's id must be text or an integer (never null, an object, a list, a boolean
+        or a fraction), `jsonrpc` must be "2.0", the method text: else -32600 in an HTTP 400,
+        and the method is not run. The answer's id is null when the request's is not an id."""
         session, _ = await self.initialize()
-        answer = await self.post({"jsonrpc": "2.0", "id": None, "method": "tools/list"}, session)
-        self.assertEqual(answer.status, 200)
-        self.assertEqual(answer.json()["error"]["code"], -32600)
-        self.assertIsNone(answer.json()["id"])
-        self.assertNotIn("result", answer.json())
+        bad_ids = {"null id": {"jsonrpc": "2.0", "id": None, "method": "tools/list"},
+                 "object id": {"jsonrpc": "2.0", "id": {"x": 1}, "method": "tools/list"},
+                 "list id": {"jsonrpc": "2.0", "id": [1], "method": "tools/list"},
+                 "true id": {"jsonrpc": "2.0", "id": True, "method": "tools/list"},
+                 "false id": {"jsonrpc": "2.0", "id": False, "method": "tools/list"},
+                 "fraction id": {"jsonrpc": "2.0", "id": 1.5, "method": "tools/list"},
+                 "null id, no jsonrpc": {"id": None, "method": "tools/list"},
+                 "no id, no method": {"jsonrpc": "2.0", "params": {}},
+                 "notification, method number": {"jsonrpc": "2.0", "method": 5},
+                 "not an object": "tools/list", "a number": 3, "null": None}
+        # JSON-RPC: "If there was an error in detecting the id", null; else the id is echoed.
+        good_ids = {"no jsonrpc": {"id": 1, "method": "tools/list"},
+                 "jsonrpc 1.0": {"jsonrpc": "1.0", "id": 1, "method": "tools/list"},
+                 "jsonrpc number": {"jsonrpc": 2.0, "id": 1, "method": "tools/list"},
+                 "method number": {"jsonrpc": "2.0", "id": 1, "method": 5},
+                 "method null": {"jsonrpc": "2.0", "id": 1, "method": None},
+                 "neither request nor response": {"jsonrpc": "2.0", "id": 1},
+                 "result and error": {"jsonrpc": "2.0", "id": 1, "result": {}, "error": {"code": 1}}}
+        for cases, ident in ((bad_ids, None), (good_ids, 1)):
+            for name, message in cases.items():
+                with self.subTest(name):
+                    for accept in (ACCEPT, "text/event-stream"):
+                        answer = await self.post(None, session, headers={"Accept": accept},
+                                                 raw=json.dumps(message).encode())
+                        self.assertEqual((answer.status, answer.header("content-type")),
+                                         (400, "application/json"), answer.body)
+                        body = answer.json()
+                        self.assertEqual((body["jsonrpc"], body["id"], body["error"]["code"]), ("2.0", ident, -32600))
+                        self.assertNotIn("result", body)
         init = await self.post({"jsonrpc": "2.0", "id": None, "method": "initialize", "params": {}})
-        self.assertEqual(init.json()["error"]["code"], -32600)
+        self.assertEqual((init.status, init.json()["error"]["code"], init.json()["id"]), (400, -32600, None))
         self.assertIsNone(init.header("mcp-session-id"))
+        # The session still answers: a bad message changes nothing.
+        self.assertEqual(await self.rpc(session, "ping"), {"jsonrpc": "2.0", "id": 1, "result": {}})
+
+    async def test_an_invalid_request_in_a_batch_is_one_error_of_its_answer(self):
+        """In a batch (2025-03-26) each invalid member gets its -32600 with a null id; the
+        valid ones are answered, in a 200."""
+        old, _ = await self.initialize("2025-03-26")
+        answer = await self.post([{"jsonrpc": "2.0", "id": None, "method": "ping"},
+                                  {"jsonrpc": "2.0", "id": 2, "method": "ping"}], old)
+        self.assertEqual(answer.status, 200, answer.body)
+        self.assertEqual(answer.json(), [{"jsonrpc": "2.0", "id": None, "error": {
+            "code": -32600, "message": "the id must be text or an integer, never null"}},
+            {"jsonrpc": "2.0", "id": 2, "result": {}}])
+
+    async def test_notifications_and_responses_get_202_without_a_body(self):
+        session, _ = await self.initialize()
+        for message in ({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}},
+                        {"jsonrpc": "2.0", "method": "notifications/unknown"},
+                        {"jsonrpc": "2.0", "method": "tools/call", "params": {"name": "nosuch"}},
+                        {"jsonrpc": "2.0", "id": 5, "result": {}},
+                        {"jsonrpc": "2.0", "id": 5, "error": {"code": -1, "message": "no"}}):
+            with self.subTest(message=message):
+                answer = await self.post(message, session)
+                self.assertEqual((answer.status, answer.body), (202, b""))
+
+    async def test_an_unknown_method_is_32601(self):
+        session, _ = await self.initialize()
+        for method in ("resources/list", "prompts/get", "tools/run", ""):
+            with self.subTest(method=method):
+                answer = await self.rpc(session, method, ident="m")
+                self.assertEqual((answer["id"], answer["error"]["code"]), ("m", -32601), answer)
+                self.assertIn("method not found", answer["error"]["message"])
+
+    async def test_a_malformed_tools_call_is_32602(self):
+        """No name, a name that is not text, arguments that are not an object, params that are
+        not an object: -32602 with the request's id, not a tool result."""
+        session, _ = await self.initialize()
+        for params, words in (({}, "needs name"), ({"arguments": {}}, "needs name"),
+                              ({"name": None}, "needs name"), ({"name": 5}, "needs name"),
+                              ({"name": ["Sessions_read"]}, "needs name"),
+                              ({"name": "Sessions_read", "arguments": []}, "must be an object"),
+                              ({"name": "Sessions_read", "arguments": "id=x"}, "must be an object"),
+                              ({"name": "Sessions_read", "arguments": None}, "must be an object"),
+                              ({"name": "Nosuch", "arguments": {}}, "unknown tool 'Nosuch'")):
+            with self.subTest(params=params):
+                answer = await self.rpc(session, "tools/call", params, ident=9)
+                self.assertEqual((answer["id"], answer["error"]["code"]), (9, -32602), answer)
+                self.assertIn(words, answer["error"]["message"])
+                self.assertNotIn("result", answer)
+        for params in ([1], "x", 3):
+            with self.subTest(params=params):
+                answer = await self.post({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": params},
+                                         session)
+                self.assertEqual((answer.status, answer.json()["id"], answer.json()["error"]["code"]),
+                                 (200, 9, -32602))
+
+    async def test_arguments_that_fail_the_schema_are_a_tool_result(self):
+        """A known tool with arguments its input schema refuses: a result with isError (the
+        model reads it and tries again), naming the argument; nothing is made."""
+        session, _ = await self.initialize()
+        project = await self.open_project()
+        for name, arguments, words in (("Sessions_read", {}, "id"), ("Sessions_read", {"id": 5}, "id"),
+                                       ("Sessions_create", {"projectid": project["id"], "extra": 1}, "extra"),
+                                       ("Sessions_create", {"projectid": project["id"], "name": 3}, "name"),
+                                       ("Sessions_prompt", {"id": "x"}, "text")):
+            with self.subTest(name=name, arguments=arguments):
+                answer = await self.rpc(session, "tools/call", {"name": name, "arguments": arguments})
+                self.assertNotIn("error", answer)
+                result = answer["result"]
+                self.assertIs(result["isError"], True, result)
+                self.assertIn(f"invalid arguments for {name}", result["content"][0]["text"])
+                self.assertIn(words, result["content"][0]["text"])
+        listed = await call(self.app, "sessions", query=f"projectid={project['id']}")
+        self.assertEqual(listed.json()["sessions"], [])
+        # Arguments left out are no arguments: a tool that takes none runs.
+        answer = await self.rpc(session, "tools/call", {"name": "Projects_list"})
+        self.assertIs(answer["result"]["isError"], False, answer)
 
 
 class OriginTest(McpCase):

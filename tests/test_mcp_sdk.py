@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
 from importlib.metadata import version
 
 import httpx
@@ -25,7 +26,9 @@ from tests.model_server import ScriptedModel, Stall, reply, text_chunks
 from tests.utils import MS, TOKEN, TotemCase, call
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MCP2_PYTHON = os.path.join(ROOT, ".venv", "mcp2", "bin", "python")
+# The second environment lives inside the first (.venv/mcp2): found from the running python, so
+# that a checkout without its own .venv runs with another's.
+MCP2_PYTHON = os.path.join(sys.prefix, "mcp2", "bin", "python")
 MCP2_CLIENT = os.path.join(ROOT, "tests", "mcp_clients", "sdk2_client.py")
 MCP2_TIMEOUT_MS = 30_000
 TOOLS = ["Projects_list", "Sessions_list", "Sessions_create", "Sessions_read", "Sessions_messages",
@@ -199,8 +202,11 @@ class McpSdkCase(TotemCase):
         # Failures are isError results with a text the model can read.
         self.assertEqual(record["unknown_tool"]["code"], -32602, record["unknown_tool"])
         self.assertIn("Sessions_delete", record["unknown_tool"]["message"])
+        # An unknown method is -32601; arguments that fail a tool's schema are its isError result.
+        self.assertEqual(record["unknown_method"]["code"], -32601, record["unknown_method"])
+        self.assertIn("resources/list", record["unknown_method"]["message"])
         for name, words in (("abort_idle", "nothing is running"), ("read_missing", "nosuchsession"),
-                            ("prompt_without_text", "text")):
+                            ("prompt_without_text", "text"), ("invalid_arguments", "invalid arguments for Sessions_read")):
             result = record[name]
             self.assertIs(result.get("isError"), True, (name, result))
             [block] = result["content"]
@@ -278,6 +284,18 @@ class SdkTokenTest(McpSdkCase):
         self.check_connected(out, "2")
         out = await self.sdk1(bearer(TOKEN), run_scenario=False)
         self.check_connected(out, "1")
+
+
+class SdkOffTest(McpSdkCase):
+    """With mcp = false the route does not exist: both SDKs fail to connect, every request
+    they make answered 404 (not 405, which would say that the route is there)."""
+
+    settings = {"mcp": "false"}
+
+    async def test_route_off_is_404_to_both_sdks(self):
+        for sdk in (self.sdk1, self.sdk2):
+            with self.subTest(sdk=sdk.__name__):
+                self.check_refused(await sdk({}, run_scenario=False), 404)
 
 
 class SdkBlockedTest(McpSdkCase):

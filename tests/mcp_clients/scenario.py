@@ -29,14 +29,19 @@ async def tool(client, name: str, arguments: dict) -> dict:
 
 async def rpc_error(client, name: str, arguments: dict) -> dict:
     """A tools/call that the server must refuse with a JSON-RPC error: {code, message}."""
+    return await refused(tool(client, name, arguments), name)
+
+
+async def refused(request, what: str) -> dict:
+    """The JSON-RPC error {code, message} that the server answered to `request` (a coroutine)."""
     try:
-        result = await tool(client, name, arguments)
+        result = await request
     except Exception as exc:  # McpError (SDK 1.x) or MCPError (2.x): both carry `error`
         error = getattr(exc, "error", None)
         if error is None:
             raise
         return {"code": error.code, "message": error.message}
-    raise AssertionError(f"{name}: no JSON-RPC error but {result}")
+    raise AssertionError(f"{what}: no JSON-RPC error but {result}")
 
 
 async def data(client, name: str, arguments: dict) -> Any:
@@ -100,6 +105,8 @@ async def run(client, projectid: str, modelref: str) -> dict:
     record["read_missing"] = await tool(client, "Sessions_read", {"id": "nosuchsession"})
     record["prompt_without_text"] = await tool(client, "Sessions_prompt", {"id": sessionid})
     record["unknown_tool"] = await rpc_error(client, "Sessions_delete", {"id": sessionid})
+    record["invalid_arguments"] = await tool(client, "Sessions_read", {"id": 5})
+    record["unknown_method"] = await refused(client.list_resources(), "resources/list")
     return record
 
 

@@ -11,9 +11,11 @@ one for each action marked `mcp`, named by its label (`Sessions_prompt`), whose 
 made of the fields of the action's own declaration (api/contract.py) and checked as the API
 checks them.
 An answer is JSON, or one SSE event when the client accepts only a stream; notifications get
-202. Tool failures and invalid arguments are `isError` results the model can read; an unknown
-tool is -32602 and a request whose id is null -32600 (the 2025-11-25 revision); malformed
-messages are JSON-RPC errors; nothing is ever a 500.
+202. Errors as the 2025-11-25 revision says: a tool's failure and arguments that fail its input
+schema are `isError` results the model can read; an unknown tool or a malformed `tools/call`
+(no name, arguments not an object) is -32602; an invalid request (an id null or not text or an
+integer, no `"jsonrpc": "2.0"`, a method not text) is -32600 in an HTTP 400, its id echoed when
+it is one (null when it is not); an unknown method is -32601; nothing is ever a 500.
 
 The caller never answers a question, sets auto-accept, widens the mode or makes a rule here,
 whatever its credential (the access token or an MCP-only one): a prompt that changes files or
@@ -266,6 +268,8 @@ class McpServer:
                 answers.append(answer)
         if not answers:
             return Response(202, b"", None, headers)
+        if not batch and answers[0].get("error", {}).get("code") == INVALID_REQUEST:
+            return _rpc_response(answers[0], 400, headers)  # the transport refuses a message it cannot take
         payload = answers if batch else answers[0]
         if _wants_stream(request):
             data = json.dumps(payload, separators=(",", ":")).encode()
@@ -276,20 +280,16 @@ class McpServer:
     # -- JSON-RPC -----------------------------------------------------------------------
 
     async def _one(self, message, session: _Session | None, headers: list) -> dict | None:
-        if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
-            return _error(_id_of(message), INVALID_REQUEST, "not a JSON-RPC 2.0 message")
+        problem = _invalid(message)
+        if problem is not None:  # JSON-RPC: the id is echoed when it can be read, else null
+            return _error(_id_of(message), INVALID_REQUEST, problem)
         if "method" not in message:
             return None  # a response to a request of ours: we send none, so nothing to do
-        method, ident = message["method"], message.get("id")
-        params = message.get("params", {})
-        if "id" in message and ident is None:  # MCP: a request's id MUST NOT be null
-            return _error(None, INVALID_REQUEST, "the id of a request must not be null")
-        if not isinstance(method, str) or (ident is not None and not isinstance(ident, (str, int))) \
-                or isinstance(ident, bool) or not isinstance(params, dict):
-            return _error(_id_of(message), INVALID_REQUEST, "method must be text, id text or a number, "
-                          "params an object")
         if "id" not in message:
             return None  # a notification (initialized, cancelled, ...): nothing to answer
+        method, ident, params = message["method"], message["id"], message.get("params", {})
+        if not isinstance(params, dict):
+            return _error(ident, INVALID_PARAMS, "params must be an object")
         try:
             result = await self._call(method, params, session, headers)
         except RpcError as exc:
@@ -321,13 +321,18 @@ class McpServer:
                 "serverInfo": SERVER_INFO, "instructions": INSTRUCTIONS}
 
     async def _tool(self, params: dict) -> dict:
+        # A malformed call and an unknown tool are protocol errors (the specification's -32602);
+        # arguments that fail the tool's schema are the tool's, a result the model can read.
         name = params.get("name")
-        tool = self.tools.get(name) if isinstance(name, str) else None
-        if tool is None:  # a protocol error (the specification's "unknown tool"), not the tool's
+        if not isinstance(name, str):
+            raise RpcError(INVALID_PARAMS, f"tools/call needs name, the name of a tool as text; "
+                                           f"the tools are: {', '.join(self.tools)}")
+        tool = self.tools.get(name)
+        if tool is None:
             raise RpcError(INVALID_PARAMS, f"unknown tool {name!r}; the tools are: {', '.join(self.tools)}")
-        args = params.get("arguments") or {}
+        args = params.get("arguments", {})
         if not isinstance(args, dict):
-            return _tool_error("arguments must be an object")
+            raise RpcError(INVALID_PARAMS, "the arguments of tools/call must be an object")
         problems = check(tool.schema, args)
         if problems:
             return _tool_error(f"invalid arguments for {tool.name}: "
@@ -356,9 +361,29 @@ def _error(ident, code: int, message: str, data: Any = None) -> dict:
     return {"jsonrpc": "2.0", "id": ident, "error": error}
 
 
+def _invalid(message) -> str | None:
+    """Why a message is not a valid JSON-RPC 2.0 request, notification or response, or None.
+    MCP: a request's id is text or an integer, never null."""
+    if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+        return 'not a JSON-RPC 2.0 message (jsonrpc must be "2.0")'
+    if "id" in message and not _valid_id(message["id"]):
+        return "the id must be text or an integer, never null"
+    if "method" not in message:
+        if "id" in message and ("result" in message) != ("error" in message):
+            return None  # a response
+        return "a message without a method must be a response: an id and a result or an error"
+    if not isinstance(message["method"], str):
+        return "method must be text"
+    return None
+
+
+def _valid_id(ident) -> bool:
+    return isinstance(ident, (str, int)) and not isinstance(ident, bool)
+
+
 def _id_of(message) -> Any:
     ident = message.get("id") if isinstance(message, dict) else None
-    return ident if isinstance(ident, (str, int)) and not isinstance(ident, bool) else None
+    return ident if _valid_id(ident) else None
 
 
 def _wants_stream(request) -> bool:
