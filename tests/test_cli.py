@@ -224,6 +224,19 @@ class CliEndsTest(CliCase):
         self.assertEqual((await self.api("sessions_read", ident=ask["sessionid"]))["status"], "aborted")
 
 
+    async def test_a_result_that_cannot_be_written_exits_1(self):
+        self.model.script(reply("done"))
+        reading, writing = os.pipe()
+        process = await self.start("--format", "json", "hi", stdout=writing)
+        os.close(writing)
+        os.close(reading)
+        code, _out, err = await self.finish(process)
+        self.assertEqual(code, 1, err)
+        self.assertIn("cannot write the result", err)
+        self.assertEqual((await self.api("sessions", query=f"projectid={self.project['id']}"))["sessions"][0]["status"],
+                         "idle")  # the run itself ended well
+
+
 class CliSignalTest(CliCase):
     """SIGINT, SIGTERM and SIGHUP (each its own test) while a permission question waits: the
     client says which, exits 130, and the server's run ends aborted with no question left open

@@ -394,7 +394,12 @@ async def _run(args, stop: Stop) -> int:
         code = EXIT_ERROR
         follower.error = follower.error or str(exc)
     if args.format == "json" and follower.sessionid:
-        print(json.dumps(await _result(client, follower, code), ensure_ascii=False), flush=True)
+        result = json.dumps(await _result(client, follower, code), ensure_ascii=False)
+        try:
+            print(result, flush=True)
+        except OSError as exc:  # the run has ended: only the result is lost
+            say(f"totem run: cannot write the result: {exc.strerror or exc}")
+            return EXIT_ERROR
     return code
 
 
