@@ -409,6 +409,17 @@ class CliScriptTest(CliCase):
         self.assertEqual(sent, ["one", "two", "three"])
         self.assertEqual(len(self.model.requests[1].body["messages"]), 4)  # system, one, first, two
 
+    async def test_session_prompts_that_session(self):
+        """--session ID prompts that session (with its model); an unknown one exits 1, saying so."""
+        self.model.script(reply("first"), reply("again"))
+        first = await self.json_run("one", model=True)
+        again = await self.json_run("--session", first["sessionid"], "two")
+        self.assertEqual((again["sessionid"], again["text"]), (first["sessionid"], "again"))
+        code, _out, err = await self.finish(await self.start("--session", "nosuchsession", "three"))
+        self.assertEqual(code, 1)
+        self.assertIn("404", err)
+        self.assertEqual(len(self.model.requests), 2)
+
     async def test_models_lists_the_references(self):
         """--models lists each `<providerid>/<model>` of the providers' own lists; a provider that
         cannot list says why on stderr."""

@@ -1,8 +1,10 @@
 """`python totem.py run`: the headless client, for scripts, CI jobs and terminals.
 
-    python totem.py run [--url URL] [--token-file F] [--project PATH] [--session ID | --new]
-                        [--model M] [--mode build|plan] [--format text|json|jsonl]
-                        [--reject-asks] [TEXT]
+    python totem.py run [--url URL] [--config F] [--token-file F] [--project PATH]
+                        [--session ID | --continue | --new] [--model M] [--mode build|plan]
+                        [--agent NAME] [--command NAME] [--file PATH]...
+                        [--format text|json|jsonl] [--reject-asks] [TEXT]
+    python totem.py run --models
 
 An adapter like the REST API, but on the other side of it: it opens the project (`--project`,
 default the current folder), creates a session (or takes `--session`), subscribes to its events
