@@ -1,22 +1,25 @@
 """`python totem.py run`: the headless client, for scripts, CI jobs and terminals.
 
-    python totem.py run [--url URL] [--token-file F] [--project PATH] [--session ID | --new]
-                        [--model M] [--mode build|plan] [--format text|json|jsonl]
-                        [--reject-asks] [TEXT]
+    python totem.py run [--url URL] [--config F] [--token-file F] [--project PATH]
+                        [--session ID | --continue | --new] [--model M] [--mode build|plan]
+                        [--agent NAME] [--command NAME] [--file PATH]...
+                        [--format text|json|jsonl] [--reject-asks] [TEXT]
+    python totem.py run --models
 
 An adapter like the REST API, but on the other side of it: it opens the project (`--project`,
 default the current folder), creates a session (or takes `--session`), subscribes to its events
 on the WebSocket, then sends `Sessions|prompt` with the text. The text is the arguments, with
-standard input after them as a fenced block when it is a pipe or a file (`git diff | totem run
-"review this"`); standard input alone when there are no arguments. No TTY is needed.
+standard input after them as a fenced block when it is a pipe, a socket or a file (`git diff |
+totem run "review this"`); standard input alone when there are no arguments. No TTY is needed.
 
 `--format text` (the default) streams the answer's text to stdout and tool activity to stderr;
 `jsonl` prints every event as one JSON line; `json` prints one object when the run ends (RESULT
 below). Exit codes (EXIT_*): 0 the run ended idle; 1 it failed (an error, an abort by someone
-else, a server that cannot be reached); 2 a usage error (bad flags, no prompt, a config that
-cannot say where the server is); 3 a question was rejected or could not be answered
-(`--reject-asks`); 130 interrupted: SIGINT, SIGTERM or SIGHUP abort the server's run first (a
-question that waits ends rejected with it), so a cancelled CI job leaves nothing running.
+else, a server that cannot be reached, an answer that cannot be written); 2 a usage error (bad
+flags, no prompt, a config that cannot say where the server is); 3 a question was rejected or
+could not be answered (`--reject-asks`); 130 interrupted: SIGINT, SIGTERM or SIGHUP abort the
+server's run first (a question that waits ends rejected with it), so a cancelled CI job leaves
+nothing running. A client that ends any other way once the prompt is sent aborts the run too.
 
 It never approves anything: a permission question prints what waits and that it is answered in
 the Totem screen, or with `--reject-asks` is rejected (a question of the ask tool likewise). The
@@ -32,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import json
 import mimetypes
 import os
@@ -61,6 +65,7 @@ RESULT_PAGE = 200  # the messages read at the end for `--format json` (the run's
 # The one object `--format json` prints when the run ends:
 #   {sessionid, messageid, status: done|failed|refused|interrupted, exit, error, text,
 #    tokens: {input, output, cost}, files: [path], questions: [{kind, tool, asked, answer}]}
+# (answer: once|always|reject, the text sent for the ask tool, or null: the run ended first)
 
 
 class ClientError(Exception):
@@ -101,15 +106,17 @@ def parser() -> argparse.ArgumentParser:
 
 
 def piped_input() -> str | None:
-    """Standard input when it is a pipe or a file (never a terminal, nor a socket or device a
-    script may have left open), else None. Blocks until it ends."""
+    """Standard input when it is a pipe, a socket (what Node and other libuv parents give a
+    child) or a file, else None: never a terminal, nor a device a script may have left open.
+    Blocks until it ends. Bytes that are not UTF-8 (a diff of a Latin-1 file) become U+FFFD
+    rather than ending the client."""
     try:
         mode = os.fstat(sys.stdin.fileno()).st_mode
     except (OSError, ValueError, AttributeError):
         return None
-    if not (stat.S_ISFIFO(mode) or stat.S_ISREG(mode)):
+    if not (stat.S_ISFIFO(mode) or stat.S_ISREG(mode) or stat.S_ISSOCK(mode)):
         return None
-    return sys.stdin.read()
+    return sys.stdin.buffer.read().decode("utf-8", "replace")
 
 
 def prompt_text(words: list[str], piped: str | None) -> str:
@@ -226,7 +233,7 @@ class Follower:
         if event.get("sessionid") != self.sessionid:
             return None  # session.status and session.updated come for every session
         if self.output == "jsonl":
-            print(json.dumps(event, ensure_ascii=False), file=self.out, flush=True)
+            self.write(json.dumps(event, ensure_ascii=False) + "\n")
         if kind == "part.created":
             part = data["part"]
             if part["kind"] == "text":
@@ -237,10 +244,8 @@ class Follower:
                 self.tools[part["id"]] = (part.get("data") or {}).get("tool") or "tool"
         elif kind == "part.delta" and data.get("partid") in self.text_parts and self.streams_text:
             self.write(data["text"])
-        elif kind == "part.updated" and data["part"]["kind"] == "tool" and self.streams_text:
-            part = data["part"]
-            title = (part.get("data") or {}).get("title") or ""
-            self.note(f"[{self.tools.get(part['id'], 'tool')}] {part['status']} {title}".rstrip())
+        elif kind == "part.updated" and data["part"]["kind"] == "tool":
+            self.tool_updated(data["part"])
         elif kind == "permission.ask":
             await self.ask(data)
         elif kind == "permission.replied":
@@ -258,6 +263,21 @@ class Follower:
                     self.note(f"totem: {self.error}")
                 return EXIT_ERROR
         return None
+
+    def tool_updated(self, part: dict) -> None:
+        """A tool's progress on stderr; the ask tool's answer, once done (question.replied does
+        not carry it), goes to its question."""
+        tool, info = self.tools.get(part["id"], "tool"), part.get("data") or {}
+        answer = (info.get("result") or {}).get("answer")
+        if tool == "ask" and part["status"] == "done" and isinstance(answer, str):
+            asked = (info.get("input") or {}).get("question")
+            waiting = [question for question in self.questions if question["kind"] == "question"
+                       and question["answer"] is None]
+            match = next((question for question in waiting if question["asked"] == asked), None)
+            if match or waiting:
+                (match or waiting[0])["answer"] = answer
+        if self.streams_text:
+            self.note(f"[{tool}] {part['status']} {info.get('title') or ''}".rstrip())
 
     def answered(self, askid: str | None, reply: str | None) -> None:
         for question in self.questions:
@@ -289,17 +309,64 @@ class Follower:
             self.note(f"question: {data.get('text')}\n  answer it in the Totem screen ({self.client.url}/)")
 
     def write(self, text: str) -> None:
-        self.out.write(text)
-        self.out.flush()
+        try:
+            self.out.write(text)
+            self.out.flush()
+        except OSError as exc:  # the reader went away (`| head`, a closed terminal)
+            raise ClientError(f"cannot write the answer: {exc.strerror or exc}") from None
 
     def note(self, text: str) -> None:
-        print(text, file=self.err, flush=True)
+        try:
+            print(text, file=self.err, flush=True)
+        except OSError:  # stderr is gone (the terminal of a SIGHUP closed): the run goes on unseen
+            pass
 
 
 NOBODY_ANSWER = "nobody is here to answer; decide yourself"
 
 
+class Stop:
+    """SIGINT, SIGTERM and SIGHUP, from the client's start to its end. Before the prompt is
+    sent nothing runs on the server, and a thread may be blocked reading standard input (no
+    await can interrupt it): the client ends at once. Once it is sent, `signalled` completes
+    with the signal and the follower aborts the run."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.signalled: asyncio.Future[int] = self.loop.create_future()
+        self.sent = False  # set just before Sessions|prompt is called
+
+    def __enter__(self) -> Stop:
+        for number in STOPPING:
+            self.loop.add_signal_handler(number, self._stop, number)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        for number in STOPPING:
+            self.loop.remove_signal_handler(number)
+
+    def _stop(self, number: int) -> None:
+        if not self.sent:
+            say(f"totem run: interrupted ({signal.Signals(number).name}) before the prompt was sent; nothing ran")
+            os._exit(EXIT_INTERRUPTED)
+        if not self.signalled.done():
+            self.signalled.set_result(number)
+
+
+def say(text: str) -> None:
+    """A line on stderr, which may be gone (the terminal of a SIGHUP closed): then nothing."""
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except OSError:
+        pass
+
+
 async def run(args) -> int:
+    with Stop() as stop:
+        return await _run(args, stop)
+
+
+async def _run(args, stop: Stop) -> int:
     try:
         config = load_config(args.config) if os.path.exists(args.config) else None
     except ConfigError as exc:
@@ -323,76 +390,85 @@ async def run(args) -> int:
         return EXIT_USAGE
     follower = Follower(client, args.format, args.reject_asks)
     try:
-        code = await _follow(client, follower, args, text)
+        code = await _follow(client, follower, args, text, stop)
     except ClientError as exc:
-        print(f"totem run: {exc}", file=sys.stderr)
+        say(f"totem run: {exc}")
         code = EXIT_ERROR
         follower.error = follower.error or str(exc)
     if args.format == "json" and follower.sessionid:
-        print(json.dumps(await _result(client, follower, code), ensure_ascii=False), flush=True)
+        result = json.dumps(await _result(client, follower, code), ensure_ascii=False)
+        try:
+            print(result, flush=True)
+        except OSError as exc:  # the run has ended: only the result is lost
+            say(f"totem run: cannot write the result: {exc.strerror or exc}")
+            return EXIT_ERROR
     return code
 
 
-async def _follow(client: Client, follower: Follower, args, text: str) -> int:
+async def _open_session(client: Client, args) -> tuple[str, str | None]:
+    """The session to prompt (`--session`, `--continue`, else a new one) and the model to send."""
+    if args.session:
+        await client.get("sessions_read", args.session)
+        return args.session, args.model
+    project = await client.call("projects_open", {"path": os.path.abspath(args.project)})
+    recent = (await client.get("sessions", None, {"projectid": project["id"], "limit": str(LATEST_SESSIONS)})
+              )["sessions"]
+    if args.resume and not recent:
+        raise ClientError(f"--continue: the project {project['path']} has no session yet")
+    if args.resume:
+        return recent[0]["id"], args.model
+    # A new session has no model of its own: the project's latest one that has one.
+    model = args.model or next((session["model"] for session in recent if session.get("model")), None)
+    return (await client.call("sessions_create", {"projectid": project["id"]}))["id"], model
+
+
+async def _follow(client: Client, follower: Follower, args, text: str, stop: Stop) -> int:
     from websockets.asyncio.client import connect
     from websockets.exceptions import WebSocketException
 
-    model = args.model
-    if args.session:
-        sessionid = args.session
-        await client.get("sessions_read", sessionid)
-    else:
-        project = await client.call("projects_open", {"path": os.path.abspath(args.project)})
-        recent = (await client.get("sessions", None, {"projectid": project["id"], "limit": str(LATEST_SESSIONS)})
-                  )["sessions"]
-        if args.resume and not recent:
-            raise ClientError(f"--continue: the project {project['path']} has no session yet")
-        if args.resume:
-            sessionid = recent[0]["id"]
-        else:
-            # A new session has no model of its own: the project's latest one that has one.
-            model = model or next((session["model"] for session in recent if session.get("model")), None)
-            sessionid = (await client.call("sessions_create", {"projectid": project["id"]}))["id"]
+    sessionid, model = await _open_session(client, args)
     follower.sessionid = sessionid
     ws_url = "ws" + client.url[len("http"):] + "/ws/"
-    stopped: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-    loop = asyncio.get_running_loop()
-
-    def stop(number: int) -> None:
-        if not stopped.done():
-            stopped.set_result(number)
-
-    for number in STOPPING:
-        loop.add_signal_handler(number, stop, number)
     try:
         async with connect(ws_url, additional_headers=client.headers(), max_size=None) as ws:
             await ws.send(json.dumps({"type": "subscribe", "sessionid": sessionid}))
-            body = prompt_body(text, model, args)
-            prompting: asyncio.Future[Any] = asyncio.ensure_future(client.call("sessions_prompt", body, sessionid))
-            await asyncio.wait((prompting, stopped), return_when=asyncio.FIRST_COMPLETED)
-            if not stopped.done():
-                follower.prompted = (await prompting)["messageid"]
-            while not stopped.done():
-                received: asyncio.Future[Any] = asyncio.ensure_future(ws.recv())
-                await asyncio.wait((received, stopped), return_when=asyncio.FIRST_COMPLETED)
-                if stopped.done():
-                    received.cancel()
-                    break
-                code = await follower.event(json.loads(received.result()))
-                if code is not None:
-                    if follower.streams_text:
-                        follower.write("\n")
-                    return code
-            if not prompting.done():
-                await prompting  # the prompt was sent: what it started is aborted below
-            await client.call("sessions_abort", None, sessionid)
-            follower.note(f"totem run: interrupted ({signal.Signals(stopped.result()).name}); the run was aborted")
-            return EXIT_INTERRUPTED
+            stop.sent = True
+            try:
+                return await _events(client, follower, ws, stop, prompt_body(text, model, args))
+            except BaseException:
+                # The client ends for another reason (a write to a closed terminal, a dropped
+                # stream): what it started must not go on without it.
+                with contextlib.suppress(ClientError):
+                    await client.call("sessions_abort", None, sessionid)
+                raise
     except (OSError, WebSocketException) as exc:
         raise ClientError(f"the event stream of {ws_url} ended: {exc}") from None
-    finally:
-        for number in STOPPING:
-            loop.remove_signal_handler(number)
+
+
+async def _events(client: Client, follower: Follower, ws, stop: Stop, body: dict) -> int:
+    """Send the prompt and follow its events to the run's end, or to a signal: then abort the
+    server's run (a question that waits ends rejected with it) and return EXIT_INTERRUPTED."""
+    sessionid = follower.sessionid
+    prompting: asyncio.Future[Any] = asyncio.ensure_future(client.call("sessions_prompt", body, sessionid))
+    await asyncio.wait((prompting, stop.signalled), return_when=asyncio.FIRST_COMPLETED)
+    if not stop.signalled.done():
+        follower.prompted = (await prompting)["messageid"]
+    while not stop.signalled.done():
+        received: asyncio.Future[Any] = asyncio.ensure_future(ws.recv())
+        await asyncio.wait((received, stop.signalled), return_when=asyncio.FIRST_COMPLETED)
+        if stop.signalled.done():
+            received.cancel()
+            break
+        code = await follower.event(json.loads(received.result()))
+        if code is not None:
+            if follower.streams_text:
+                follower.write("\n")
+            return code
+    with contextlib.suppress(ClientError):  # refused, it started nothing; sent, it is aborted below
+        await prompting
+    await client.call("sessions_abort", None, sessionid)
+    say(f"totem run: interrupted ({signal.Signals(stop.signalled.result()).name}); the run was aborted")
+    return EXIT_INTERRUPTED
 
 
 def prompt_body(text: str, model: str | None, args) -> dict:
