@@ -265,7 +265,27 @@ class FastStream:
     text: str = "x"
 
 
-Response = Fixture | Stream | JsonResponse | Stall | Hangup | FastStream
+@dataclass
+class Lines:
+    """A constructed NDJSON answer of Ollama's native /api/chat: each object one line."""
+    lines: list[dict]
+
+
+def ollama_reply(text: str = "", *, tool_calls: tuple | list = (), prompt_eval_count: int = 10,
+                 eval_count: int = 5) -> Lines:
+    """A whole native Ollama answer: the text, the tool calls ((name, arguments) pairs, arguments
+    as objects as Ollama sends them), and the final line with its counts."""
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if tool_calls:
+        message["tool_calls"] = [{"id": f"call_{index}", "function": {"index": index, "name": name,
+                                                                      "arguments": arguments}}
+                                 for index, (name, arguments) in enumerate(tool_calls)]
+    return Lines([{"model": MODEL_ID, "message": message, "done": False},
+                  {"model": MODEL_ID, "message": {"role": "assistant", "content": ""}, "done": True,
+                   "done_reason": "stop", "prompt_eval_count": prompt_eval_count, "eval_count": eval_count}])
+
+
+Response = Fixture | Stream | JsonResponse | Stall | Hangup | FastStream | Lines
 
 
 @dataclass(frozen=True)
@@ -434,6 +454,9 @@ class ScriptedModel:
             await _send_pieces(writer, [encode_events(response.events, done=False)], "chunked")
         elif isinstance(response, FastStream):
             await self._send_fast(writer, response)
+        elif isinstance(response, Lines):
+            body = "".join(json.dumps(line) + "\n" for line in response.lines).encode()
+            await self._send_stream(writer, [body], "application/x-ndjson", "chunked", len(body))
 
     async def _send_json(self, writer: asyncio.StreamWriter, response: JsonResponse) -> None:
         payload = response.payload()
@@ -484,6 +507,85 @@ class ScriptedModel:
             while await reader.read(4096):
                 pass
         self._note_disconnect()
+
+
+# --- A server that enforces its window ---------------------------------------------------------
+
+# How many characters a token is to a WindowedModel: fewer than Totem's estimate, so that the
+# server finds a request larger than Totem counted it, as a real tokenizer often does.
+SERVER_CHARS_PER_TOKEN = 3.0
+# The windows the context-length cases of errors.json state: a WindowedModel says its own instead.
+_FIXTURE_WINDOWS = {4096, 8192, 128000, 131072, 131073}
+_BIG_NUMBER = re.compile(r"\d{4,}")
+# What a model answers to the end of a prompt that Ollama cut (the script's next answer waits).
+CUT_ANSWER = "I only see the end of a conversation; what should I do?"
+
+
+class WindowedModel(ScriptedModel):
+    """A server with a context window that it enforces and states nowhere (no models list says
+    it). A chat request longer than `window` tokens (its JSON's length over
+    SERVER_CHARS_PER_TOKEN) is refused with the next of `refusals`, context-length cases of
+    errors.json as (provider, case), their numbers made this server's window and the request's
+    tokens; with no refusals the server is Ollama, which reads only the last `window` tokens of
+    a longer prompt (the smaller of its window and the request's num_ctx) and says so only in
+    its prompt_eval_count, answering CUT_ANSWER. A request `is_summary` names gets `summary(n)`, the nth; every other
+    request that fits gets the script's next answer. `refused` counts the refusals and cuts."""
+
+    def __init__(self, window: int, refusals: list[tuple[str, str]], is_summary, summary) -> None:
+        super().__init__()
+        self.window = window
+        self.refusals = refusals
+        self.is_summary = is_summary
+        self.summary = summary
+        self.refused = 0
+        self.summaries = 0
+
+    def tokens(self, request: RecordedRequest) -> int:
+        return int(len(request.raw_body) / SERVER_CHARS_PER_TOKEN) + 1
+
+    async def _respond(self, request, reader, writer) -> None:
+        if request.method != "POST" or not (request.path.endswith("/chat/completions") or request.path == "/api/chat"):
+            await super()._respond(request, reader, writer)
+            return
+        tokens, window = self.tokens(request), self.window
+        options = request.body.get("options") if isinstance(request.body, dict) else None
+        if isinstance(options, dict) and isinstance(options.get("num_ctx"), int):
+            window = min(window, options["num_ctx"])
+        if tokens > window and self.refusals:
+            self.refused += 1
+            provider, case = self.refusals[(self.refused - 1) % len(self.refusals)]
+            error = HttpError.fixture(provider, case)
+            await self._send(HttpError(restated(error.payload(), window, tokens), error.status, error.headers),
+                             reader, writer)
+            return
+        if tokens > window:  # Ollama: the prompt cut, nothing said, and the model lost the thread
+            self.refused += 1
+            await self._send(ollama_reply(CUT_ANSWER, prompt_eval_count=window), reader, writer)
+            return
+        if self.is_summary(request):
+            self.summaries += 1
+            response: Response = self.summary(self.summaries)
+        else:
+            response = self._script.popleft() if self._script else HttpError(
+                {"error": {"message": "WindowedModel: no response scripted", "type": "server_error"}}, 500)
+        await self._send(response, reader, writer)
+
+
+def restated(body: bytes, window: int, tokens: int) -> bytes:
+    """An errors.json body whose message states `window` where the fixture states its window, and
+    `tokens` for the other counts of tokens (the message only: Mistral's code "3051" stays)."""
+    def numbers(text: str) -> str:
+        return _BIG_NUMBER.sub(lambda found: str(window if int(found.group()) in _FIXTURE_WINDOWS else tokens), text)
+
+    parsed = json.loads(body)
+    error = parsed.get("error")
+    if isinstance(error, str):
+        parsed["error"] = numbers(error)
+    elif isinstance(error, dict):
+        error["message"] = numbers(error["message"])
+    else:
+        parsed["message"] = numbers(parsed["message"])
+    return json.dumps(parsed).encode()
 
 
 def _random_pieces(body: bytes, rng: random.Random, max_piece: int) -> list[bytes]:

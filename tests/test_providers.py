@@ -272,6 +272,29 @@ class AvailableTest(ProvidersCase):
         self.assertEqual(models, [model("Qwen3-Coder-30B-A3B-Instruct-Q4_K_M.gguf", context=32768, tools=True,
                                         free=True)])
 
+    async def test_available_llamacpp_without_props_reads_slots(self):
+        """llama.cpp whose /props does not answer: the window is the smallest n_ctx of /slots."""
+        self.model.serve_models("llamacpp_v1_models")
+        self.model.serve_json("GET", "/slots", [{"id": 0, "n_ctx": 8192}, {"id": 1, "n_ctx": 4096}, {"id": 2}])
+        models = await self.available(url=self.model.base, kind="llamacpp")
+        self.assertEqual([m["context"] for m in models], [4096])
+
+    async def test_available_llamacpp_without_props_or_slots_guesses(self):
+        """Neither /props nor /slots (a router, an old build): the window is not known."""
+        self.model.serve_models("llamacpp_v1_models")
+        self.model.serve_json("GET", "/slots", {"error": {"code": 501, "message": "This server does not "
+                                                          "support slots endpoint."}}, 501)
+        models = await self.available(url=self.model.base, kind="llamacpp")
+        self.assertEqual([m["context"] for m in models], [None])
+
+    async def test_available_vllm_reads_max_model_len(self):
+        """vLLM (an OpenAI-compatible server): `max_model_len` of /v1/models is the window it enforces."""
+        self.model.serve_json("GET", "/v1/models", {"object": "list", "data": [
+            {"id": "Qwen/Qwen3-8B", "object": "model", "owned_by": "vllm", "root": "Qwen/Qwen3-8B",
+             "max_model_len": 8192, "permission": []}]})
+        models = await self.available(url=self.model.url, kind="compatible")
+        self.assertEqual([(m["id"], m["context"]) for m in models], [("Qwen/Qwen3-8B", 8192)])
+
     async def test_available_openai_plain_list(self):
         """OpenAI: ids only, so context, tools and reasoning come from the template's hints."""
         self.model.serve_models("openai_v1_models")
@@ -461,6 +484,16 @@ class TargetTest(ProvidersCase):
         saved = await self.save(name="Ollama", kind="ollama", url=self.model.base, key=KEY)
         target = await self.app.providers.target(f"{saved['id']}/small:1b")
         self.assertEqual((target.context, target.key), (8192, KEY))
+
+    async def test_target_ollama_window_from_parameters(self):
+        """An /api/show without a trained window: the Modelfile's `num_ctx` parameter is the window."""
+        show = copy.deepcopy(models_fixture("ollama_api_show"))
+        show["model_info"] = {"general.architecture": "llama"}
+        show["parameters"] = "stop \"<|im_end|>\"\nnum_ctx 16384\ntemperature 0.7"
+        self.model.serve_json("POST", "/api/show", show)
+        saved = await self.save(name="Ollama", kind="ollama", url=self.model.base)
+        target = await self.app.providers.target(f"{saved['id']}/custom:7b")
+        self.assertEqual(target.context, 16384)
 
     async def test_target_ollama_cached_window_no_show(self):
         """After the catalog has described an Ollama model, a target asks /api/show no more."""

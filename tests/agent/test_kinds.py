@@ -95,7 +95,8 @@ def test_openrouter_kind_sends_reasoning_details_merged_and_attribution():
 
 
 def test_ollama_kind_native_body_and_stream_request():
-    """Ollama's native body: num_ctx from the target's window, string content with images apart,
+    """Ollama's native body: num_ctx from the target's window (the kind's default when nothing says
+    it: the server must use the window Totem counts on), string content with images apart,
     tool-call arguments as objects ("" is {}), think, and NDJSON without stream_options."""
     kind = kind_named("ollama")
     body = kind.request_body(target("ollama", 8192), messages(), TOOLS, "medium")
@@ -108,7 +109,7 @@ def test_ollama_kind_native_body_and_stream_request():
     assert "reasoning_details" not in native[1]
     assert native[2] == {"role": "tool", "content": messages()[2]["content"]}
     assert kind.request_body(target("ollama"), messages(), TOOLS, "none")["think"] is False
-    assert "options" not in kind.request_body(target("ollama"), messages(), TOOLS, None)
+    assert kind.request_body(target("ollama"), messages(), TOOLS, None)["options"] == {"num_ctx": 8192}
     assert "think" not in kind.request_body(target("ollama"), messages(), TOOLS, None)
     headers, request = kind.stream_request(body)
     assert headers == {"Accept": "application/x-ndjson"}

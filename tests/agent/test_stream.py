@@ -29,6 +29,7 @@ from totem.agent.provider_errors import (
     KIND_TOOLS_UNSUPPORTED,
     KIND_UNSUPPORTED,
     classify_http_error,
+    stated_window,
 )
 from totem.agent.sse import MAX_LINE_BYTES, NdjsonDecoder, SseDecoder, SseEvent, StreamFormatError
 from totem.agent.stream import (
@@ -521,7 +522,22 @@ ERROR_EXPECTATIONS = {
     ("lmstudio", "400_context_overflow_string_error"): (KIND_CONTEXT_LENGTH, False, None),
     ("lmstudio", "404_model_not_found"): (KIND_MODEL_NOT_FOUND, False, None),
     ("lmstudio", "401_api_token_required"): (KIND_AUTH, False, None),
+    ("vllm", "400_context_length_object_error"): (KIND_CONTEXT_LENGTH, False, None),
+    ("vllm", "400_context_length_nested_error"): (KIND_CONTEXT_LENGTH, False, None),
     ("any", "502_html_from_edge_proxy"): (KIND_SERVER, True, None),
+}
+# The window each context-length case states, as the error's `window` (None: it states none).
+STATED_WINDOWS = {
+    ("openai", "400_context_length_exceeded"): 128000,
+    ("openrouter", "400_context_too_long"): 131072,
+    ("deepseek", "400_context_too_long"): 131072,
+    ("groq", "400_context_length_exceeded"): None,
+    ("mistral", "400_context_too_long"): 131072,
+    ("together", "400_context_too_long"): 131073,
+    ("llamacpp", "400_exceed_context_size"): 8192,
+    ("lmstudio", "400_context_overflow_string_error"): 4096,
+    ("vllm", "400_context_length_object_error"): 8192,
+    ("vllm", "400_context_length_nested_error"): 8192,
 }
 ERRORS = error_fixtures()
 # errors.json's retry vocabulary: which policies mean "try the same request again later".
@@ -546,6 +562,18 @@ def test_classify_http_error_fixture_kind_retry_delay(entry):
         assert error.retry is RETRY_POLICIES[entry["retry"]]
     assert error.message[0].isupper() and f"({entry['status']})" in error.message
     assert str(error) == error.message
+
+
+def test_classify_http_error_reads_the_window_a_context_error_states():
+    """Every context-length case of errors.json, and only those, carries the window its wording
+    states; other errors carry none, even when their text has numbers of tokens."""
+    for entry in ERRORS:
+        error = classify_http_error(entry["status"], entry["headers"], entry["body"].encode(), now=NOW)
+        key = (entry["provider"], entry["case"])
+        assert (error.kind == KIND_CONTEXT_LENGTH) is (key in STATED_WINDOWS), key
+        assert error.window == STATED_WINDOWS.get(key), key
+    assert stated_window("This model's maximum context length is 0 tokens.") is None
+    assert stated_window("Please reduce the length of the messages.") is None
 
 
 def test_classify_http_error_messages_a_person_understands():

@@ -13,10 +13,11 @@ import contextlib
 import logging
 import math
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from totem.agent.context import CHARS_PER_TOKEN, estimated_tokens
 from totem.agent.kinds.base import PRICE_TOKENS, Price
-from totem.agent.provider_errors import ProviderError
+from totem.agent.provider_errors import KIND_CONTEXT_LENGTH, ProviderError
 from totem.agent.recorder import OpenPart, Recorder
 from totem.agent.stream import (
     ReasoningDelta,
@@ -35,6 +36,10 @@ from totem.store import Store
 
 # A cost is kept to a millionth of a cent: finer digits are float noise, not money.
 COST_DIGITS = 8
+# A prompt counts as cut by its server when it was estimated this much over the window asked for
+# and the server read this much less than the estimate: an estimate from the JSON's length is
+# rough, and a cached prompt is not read again.
+TRUNCATION_MARGIN = 1.25
 
 
 # A self-check of an answer's text: (text, cut at the output limit) -> the validation part's
@@ -101,6 +106,9 @@ class Answers:
                             data={"callid": event.id, "tool": event.name, "arguments": ""})
                     elif isinstance(event, Usage):
                         usage = event.usage
+                        cut = silently_truncated(usage, body)
+                        if cut is not None:
+                            raise cut
                     elif isinstance(event, StreamError):
                         raise ProviderError(event.message, status=event.status, retry=event.retry, kind=event.kind)
                     elif isinstance(event, StreamEnd):
@@ -178,6 +186,24 @@ def tokens_of(usage: dict | None, body: dict, written_chars: int, price: Price |
         tokens["cost"] = round((tokens["input"] * price["input"] + tokens["output"] * price["output"])
                                / PRICE_TOKENS, COST_DIGITS)
     return tokens
+
+
+def silently_truncated(usage: Any, body: dict[str, Any]) -> ProviderError | None:
+    """The context error of an answer whose server cut the prompt to the window it was asked for
+    and said nothing (Ollama keeps the end of a prompt longer than `options.num_ctx`: only its
+    `prompt_eval_count` shows it): the prompt sent was larger than that window and the server
+    read clearly less of it. None for any other answer."""
+    options = body.get("options")
+    window = options.get("num_ctx") if isinstance(options, dict) else None
+    read = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+    if not isinstance(window, int) or not isinstance(read, int) or read <= 0:
+        return None
+    sent = estimated_tokens(body.get("messages") or [], body.get("tools") or [])
+    if sent <= window * TRUNCATION_MARGIN or read > window or read >= sent / TRUNCATION_MARGIN:
+        return None
+    return ProviderError(f"The server read only {read} of the about {sent} tokens of the prompt: it cut "
+                         f"the prompt to its {window}-token window", kind=KIND_CONTEXT_LENGTH, retry=False,
+                         window=window)
 
 
 async def _quietly(work: Awaitable) -> None:

@@ -423,8 +423,9 @@ def fit_window(messages: list[dict], tools: list[dict], window: int,
     if total <= budget or not known:
         return fitted, pruned
     raise ContextFull(f"the conversation needs about {total} tokens, more than {budget} of the model's "
-                      f"{window}-token window, even with {pruned} tool outputs removed or cut; fork the "
-                      "session from an earlier message or start a new one")
+                      f"{window}-token window, even with {pruned} tool outputs removed or cut; load the "
+                      "model with a bigger context window or choose one that has it, fork the session "
+                      "from an earlier message, or start a new one")
 
 
 def cut_output(content: str, keep: int, tool: str) -> str:

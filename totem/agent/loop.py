@@ -23,6 +23,7 @@ from totem.agent.gate import Asker
 from totem.agent.provider_errors import ProviderError
 from totem.agent.providers import redact
 from totem.agent.queued import PromptQueue
+from totem.agent.requests import window_of
 from totem.agent.run import ERROR_DISK, ERROR_INTERNAL, ERROR_STEPS, Run, RunRefused, RunRequest
 from totem.agent.steps import BACKOFF_FIRST_S, StepLimitReached, Steps
 from totem.agent.subagents import SubAgents
@@ -51,7 +52,7 @@ class Runs:
         self.parts = parts
         # The doors others use: the questions that wait, the open parts, the gate's pinned files.
         self.questions, self.recorder, self.gate = parts.questions, parts.recorder, parts.gate
-        self.steps = Steps(parts, hub, steps, backoff_first_s)
+        self.steps = Steps(parts, hub, steps, backoff_first_s, providers)
         self.queue = PromptQueue(store, hub)
         self._runs: dict[str, Run] = {}
         self.subagents = SubAgents(self)
@@ -226,8 +227,8 @@ class Runs:
         target = await self.providers.target(request.prompt.model)
         run.key = target.key
         if request.compact_only:
-            window = target.context or target.kind.default_context
-            await self.parts.compaction.compact(run, target, await self.parts.requests.messages(run), window)
+            await self.parts.compaction.compact(run, target, await self.parts.requests.messages(run),
+                                                window_of(run, target))
             return "idle"
         for hook in self.parts.hooks:
             await hook.begin(run)

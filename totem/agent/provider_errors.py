@@ -52,8 +52,9 @@ class ProviderError(Exception):
 
     def __init__(self, message: str, *, status: int | None = None, kind: str = KIND_SERVER,
                  retry: bool = False, retry_after: float | None = None,
-                 code: str | int | None = None) -> None:
+                 code: str | int | None = None, window: int | None = None) -> None:
         super().__init__(message)
+        self.window = window  # a context-length error's stated window in tokens, when it states one
         self.message = message
         self.status = status
         self.kind = kind
@@ -87,6 +88,12 @@ _CONTEXT_PATTERN = re.compile(
     r"context length|context window|context size|maximum context|context_length"
     r"|tokens to keep from the initial prompt|prompt too long|prompt is too long"
     r"|`inputs` tokens \+ `max_new_tokens`|reduce the length of the messages", re.I)
+# The window a context-length error states, in each provider's wording (errors.json): OpenAI,
+# vLLM, DeepSeek, OpenRouter "maximum context length is N tokens", Mistral "with N maximum context
+# length", llama.cpp "context size (N tokens)", LM Studio "n_ctx: N", Together "must be <= N".
+_STATED_WINDOW_PATTERNS = tuple(re.compile(pattern, re.I) for pattern in (
+    r"maximum context length is (\d+)", r"(\d+) maximum context length", r"context size \((\d+) tokens\)",
+    r"n_ctx:\s*(\d+)", r"max_new_tokens` must be <= (\d+)"))
 _PER_MINUTE_PATTERN = re.compile(r"per minute|\(TPM\)|\(RPM\)", re.I)
 _MODEL_NAME_PATTERN = re.compile(r"""model\s+['"`]([^'"`]+)['"`]\s+not found""", re.I)
 _TRY_AGAIN_PATTERN = re.compile(r"try again in\s+((?:\d+(?:\.\d+)?\s*(?:ms|h|m|s)\s*)+)", re.I)
@@ -98,6 +105,16 @@ def mentions_context_overflow(detail: str) -> bool:
     """True when an error's text says the prompt is longer than the model's context window,
     in any of the phrasings the recorded providers use."""
     return _CONTEXT_PATTERN.search(detail) is not None
+
+
+def stated_window(detail: str) -> int | None:
+    """The context window in tokens that a context-length error states, None when it states none
+    (Groq's says only "reduce the length")."""
+    for pattern in _STATED_WINDOW_PATTERNS:
+        found = pattern.search(detail)
+        if found and int(found.group(1)) > 0:
+            return int(found.group(1))
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,8 +150,9 @@ def classify_http_error(status: int, headers: Mapping[str, str] | Iterable[tuple
     elif kind == KIND_RATE_LIMIT and re.search(r"per[- ]day", parsed.detail, re.I):
         retry = retry_after is not None  # a daily quota with no reset time: do not hammer it
     message = f"{sentence}: {parsed.detail}" if parsed.detail else sentence
+    window = stated_window(parsed.detail) if kind == KIND_CONTEXT_LENGTH else None
     return ProviderError(message, status=status, kind=kind, retry=retry,
-                         retry_after=retry_after if retry else None, code=parsed.code)
+                         retry_after=retry_after if retry else None, code=parsed.code, window=window)
 
 
 def _parse_error_body(body: bytes, content_type: str) -> _ErrorBody:

@@ -111,6 +111,9 @@ class Providers:
         self.detect_urls.update(detect_urls or {})
         # providerid -> (expires at, (url, kind, updated), models)
         self._cache: dict[str, tuple[float, tuple, Models]] = {}
+        # model reference -> the window a refusal of a request for its length taught (steps.py):
+        # later runs of that model count on it instead of a guess.
+        self._refused: dict[str, int] = {}
 
     def __repr__(self) -> str:
         return f"<Providers {len(self._templates)} templates>"
@@ -328,8 +331,16 @@ class Providers:
         fetch = Fetch(row["url"], key, TARGET_LOOKUP_TIMEOUT_SECONDS)
         listed = self._cached_model(row, model)
         context = await kind.context_window(fetch, model, listed["context"] if listed else None)
+        taught = self._refused.get(model_ref)
+        if taught is not None:
+            context = min(context, taught) if context else taught
         return ProviderTarget(row["id"], kind.chat_url(row["url"]), model, kind, key, context,
                               listed["price"] if listed else None)
+
+    def learn_window(self, model_ref: str, window: int) -> None:
+        """Keep the window a refusal of `model_ref` taught for its later runs (in memory: a
+        restarted server asks again)."""
+        self._refused[model_ref] = min(window, self._refused.get(model_ref, window))
 
     def _cached_model(self, row: dict, model: str) -> ModelInfo | None:
         """A model as the cached models list of its provider describes it, without a network

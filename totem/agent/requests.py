@@ -16,6 +16,14 @@ from totem.store import Store
 from totem.tools import Registry
 
 
+class ConversationTooLong(ProviderError):
+    """The conversation does not fit the window even pruned and compacted: the run ends, its
+    message saying what to do."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, kind=KIND_CONTEXT_LENGTH, retry=False)
+
+
 class Requests:
     """Builds each step's request body from the store and the run's history cache."""
 
@@ -31,26 +39,30 @@ class Requests:
         tools = (run.tools or registry).specs()
         if prompt.tools is not None:  # an agent's tools: the model is offered only these
             tools = [spec for spec in tools if spec["function"]["name"] in prompt.tools]
-        window = target.context or target.kind.default_context
+        window = window_of(run, target)
         attachments = await self._read(run)
         # One hand-over to a worker thread for the conversion and the fitting: each costs the
         # loop a wake-up, and a step makes several more (the store's writes, the tool's run).
         messages, fitted = await asyncio.to_thread(_converted_and_fitted, run, attachments, target, tools, window,
-                                                   bool(target.context))
+                                                   bool(run.window or target.context))
         if not isinstance(fitted, ContextFull):
             body, run.pruned = fitted
         else:
             # Pruning was not enough: a hook (compaction) makes room once, and the request is
             # built again from what it left; still too big ends the run, never a loop.
             if not await self._made_room(run, target, messages, window):
-                raise ProviderError(str(fitted), kind=KIND_CONTEXT_LENGTH, retry=False) from None
+                raise ConversationTooLong(str(fitted)) from None
             try:
                 body, run.pruned = await asyncio.to_thread(fitted_body, run, target, await self.messages(run),
                                                            tools, window, True)
             except ContextFull as exc:
-                raise ProviderError(f"{exc} (after compacting the conversation)", kind=KIND_CONTEXT_LENGTH,
-                                    retry=False) from None
+                raise ConversationTooLong(f"Even after compacting, {exc}") from None
         return body
+
+    async def make_room(self, run: Run, target: Any) -> bool:
+        """The server refused the last request for its length: the hooks (compaction) make room
+        in the window the run now counts on. True when one did."""
+        return await self._made_room(run, target, await self.messages(run), window_of(run, target))
 
     async def _made_room(self, run: Run, target: Any, messages: list[dict[str, Any]], window: int) -> bool:
         made = False
@@ -82,6 +94,12 @@ class Requests:
                 history.system = history.system | {"content": history.system["content"]
                                                    + request.prompt.instructions}
         return attachments
+
+
+def window_of(run: Run, target: Any) -> int:
+    """The window a run's requests are fitted to: the one a refusal taught, the target's (stated
+    by the server), or its kind's guess."""
+    return run.window or target.context or target.kind.default_context
 
 
 def _converted(run: Run, attachments: dict[str, Any]) -> list[dict[str, Any]]:

@@ -69,6 +69,9 @@ class Run:
     # What kind of failure: a provider error's kind (provider_errors.KIND_*), or one of ERROR_KINDS.
     error_kind: str | None = None
     pruned: int = 0  # old tool outputs left out of the last request to fit the window
+    # The window a server's refusal of a request for its length taught (steps.py): it wins over
+    # the target's, stated or guessed, for the rest of the run.
+    window: int | None = None
     # Prompts sent while this run goes on, each run after it in turn: (message id, prompt, limits).
     queue: list[tuple[str, Prompt, dict[str, Any]]] = field(default_factory=list)
     review: Review | None = None  # a Total.js project's self-check of each answer (knowledge.py)

@@ -1,7 +1,8 @@
 """The steps of one run: a model answer, then the tool calls it asked for, until an answer
 calls none or the step limit is reached. A provider's passing error (a rate limit, an overload)
-is retried with a growing wait; the loop guard asks the person before a third identical call in
-a row runs.
+is retried with a growing wait; a request the server refuses for its length is compacted and
+sent again once, and the window the refusal states is kept; the loop guard asks the person
+before a third identical call in a row runs.
 
 Must not: start, end or queue runs (loop.py), or write parts other than through the parts it
 is given.
@@ -13,9 +14,11 @@ import asyncio
 import json
 
 from totem.agent.assembly import AgentParts
-from totem.agent.provider_errors import ProviderError
+from totem.agent.context import estimated_tokens
+from totem.agent.provider_errors import KIND_CONTEXT_LENGTH, ProviderError, stated_window
 from totem.agent.providers import redact
 from totem.agent.recorder import OpenPart
+from totem.agent.requests import ConversationTooLong
 from totem.agent.run import Run
 from totem.agent.stream import ToolCall
 from totem.events import RunError
@@ -31,8 +34,10 @@ class StepLimitReached(Exception):
 
 
 class Steps:
-    def __init__(self, parts: AgentParts, hub, limit: int, backoff_first_s: float = BACKOFF_FIRST_S):
+    def __init__(self, parts: AgentParts, hub, limit: int, backoff_first_s: float = BACKOFF_FIRST_S,
+                 providers=None):
         self.parts = parts
+        self.providers = providers  # keeps the windows refusals teach, for later runs (None: not kept)
         self.hub = hub
         self.limit = limit  # model calls of a run, unless its settings say otherwise
         self.backoff_first_s = backoff_first_s
@@ -64,13 +69,23 @@ class Steps:
     async def answer(self, run: Run, target) -> tuple[list[ToolCall], dict[str, OpenPart]]:
         """One model answer streamed into parts, retried on a passing provider error."""
         attempt = 0
+        refused = False
         while True:
+            body: dict | None = None
             try:
                 body = await self.parts.requests.body(run, target, self.parts.calls.registry)
                 return await self.parts.answers.stream(run.request.sessionid, run.request.prompt.model, target,
                                                        body, prompt=run.messageid, review=run.review,
                                                        encoder=run.history.encoder)
             except ProviderError as exc:
+                if isinstance(exc, ConversationTooLong):
+                    raise
+                if exc.kind == KIND_CONTEXT_LENGTH:
+                    if refused or body is None:  # the retry, or the compaction itself, refused
+                        raise _still_too_long(exc) from None
+                    refused = True
+                    await self._made_room(run, target, body, exc)
+                    continue
                 attempt += 1
                 if not exc.retry or attempt > MAX_RETRIES:
                     raise
@@ -79,6 +94,40 @@ class Steps:
                 message = redact(f"{exc.message} Trying again in {delay:g} s.", run.key)
                 self.hub.publish(RunError(run.request.sessionid, message, True))
                 await asyncio.sleep(delay)
+
+    async def _made_room(self, run: Run, target, body: dict, exc: ProviderError) -> None:
+        """The server refused `body` for its length: the run counts from now on on the window
+        the error states, or, when it states none, on one no larger than what was sent (our
+        estimate of a request's tokens is only an estimate: the smaller of the two), then a
+        compaction makes room. Raises ProviderError when no hook could."""
+        sent = estimated_tokens(body.get("messages") or [], body.get("tools") or [])
+        stated = exc.window or stated_window(exc.message)
+        window = min(stated, sent) if stated else sent
+        window = min(window, run.window or target.context or window)
+        run.window = window
+        if self.providers is not None:
+            self.providers.learn_window(run.request.prompt.model, window)
+        self.hub.publish(RunError(run.request.sessionid, redact(
+            f"{exc.message} Compacting the conversation to fit a {window}-token window and trying again.",
+            run.key), True))
+        try:
+            made = await self.parts.requests.make_room(run, target)
+        except ProviderError as error:
+            if error.kind == KIND_CONTEXT_LENGTH:
+                raise _still_too_long(error) from None
+            raise
+        if not made:
+            raise _still_too_long(exc)
+
+
+def _still_too_long(exc: ProviderError) -> ProviderError:
+    """The run's end when compacting could not make the conversation fit: what happened and
+    what to do."""
+    return ProviderError(
+        "The conversation does not fit the model's context window even after compacting it "
+        f"({exc.message}). Load the model with a bigger context window or choose one that has it, "
+        "or start a new session (fork this one from an earlier message to keep part of it).",
+        status=exc.status, kind=KIND_CONTEXT_LENGTH, retry=False, code=exc.code, window=exc.window)
 
 
 def _canonical(arguments: str) -> str:

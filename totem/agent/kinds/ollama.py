@@ -92,7 +92,8 @@ class OllamaNative:
 
     async def context_window(self, fetch: Fetch, model: str, listed: int | None) -> int | None:
         """The trained window (the cached list's, else one /api/show), capped at
-        MAX_OLLAMA_NUM_CTX; None when the server cannot say (its own default then applies)."""
+        MAX_OLLAMA_NUM_CTX; None when the server cannot say (the request then sends
+        `default_context`, never leaving the window to the server)."""
         window = listed
         if window is None:
             try:
@@ -103,9 +104,9 @@ class OllamaNative:
 
     def request_body(self, target: ProviderTarget, messages: list[ChatMessage],
                      tools: list[dict[str, Any]], reasoning: str | None) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": target.model}
-        if target.context:
-            body["options"] = {"num_ctx": target.context}
+        # Always the window Totem counts on: without it the server uses its own default, and
+        # truncates a longer prompt silently (fixtures/providers/ollama.md).
+        body: dict[str, Any] = {"model": target.model, "options": {"num_ctx": target.context or self.default_context}}
         body["messages"] = native_messages(messages)
         if reasoning:
             body["think"] = reasoning != "none"
@@ -145,8 +146,8 @@ def native_messages(messages: list[ChatMessage]) -> list[ChatMessage]:
 
 
 def show_facts(body: Any) -> tuple[int | None, list[str] | None]:
-    """The trained context window (`model_info["<arch>.context_length"]`) and the capabilities
-    of an /api/show answer."""
+    """The trained context window (`model_info["<arch>.context_length"]`, else the `num_ctx` of
+    its parameters) and the capabilities of an /api/show answer."""
     if not isinstance(body, dict):
         return None, None
     info = as_object(body.get("model_info"))
@@ -154,8 +155,21 @@ def show_facts(body: Any) -> tuple[int | None, list[str] | None]:
     context = positive(info.get(f"{arch}.context_length")) if isinstance(arch, str) else None
     if context is None:  # an architecture field missing: any "<x>.context_length" will do
         context = next((positive(v) for k, v in info.items() if k.endswith(".context_length") and positive(v)), None)
+    if context is None:  # no trained window given: the Modelfile's `PARAMETER num_ctx`, if it sets one
+        context = parameter_num_ctx(body.get("parameters"))
     capabilities = body.get("capabilities")
     return context, [c for c in capabilities if isinstance(c, str)] if isinstance(capabilities, list) else None
+
+
+def parameter_num_ctx(parameters: Any) -> int | None:
+    """`num_ctx` of /api/show's `parameters`, the Modelfile's lines ("num_ctx 4096\nstop ...")."""
+    if not isinstance(parameters, str):
+        return None
+    for line in parameters.splitlines():
+        name, _, value = line.strip().partition(" ")
+        if name == "num_ctx" and value.strip().isdigit():
+            return positive(int(value.strip()))
+    return None
 
 
 def _as_object(arguments: str) -> dict[str, Any]:

@@ -138,7 +138,9 @@ class OpenAICompatible:
         features = item.get("supported_features")
         if isinstance(features, list):  # newer Groq answers
             tools, reasoning = "tools" in features, "reasoning" in features
-        context = item.get("context_window") or item.get("max_context_length") or item.get("context_length")
+        # vLLM says `max_model_len`: the window it was started with, which it enforces.
+        context = (positive(item.get("context_window")) or positive(item.get("max_context_length"))
+                   or positive(item.get("context_length")) or positive(item.get("max_model_len")))
         return model_info(item["id"], item.get("display_name") or item.get("name"), context, tools, reasoning)
 
 
@@ -204,7 +206,8 @@ class LlamaCpp(OpenAICompatible):
     async def models(self, fetch: Fetch) -> list[ModelInfo]:
         """GET /v1/models with GET /props: `default_generation_settings.n_ctx` is the usable
         window per slot (n_ctx_train in /v1/models is only the trained maximum) and
-        `chat_template_caps.supports_tools` says whether the template takes tools."""
+        `chat_template_caps.supports_tools` says whether the template takes tools; a build
+        whose /props does not say asks GET /slots (each slot's `n_ctx`)."""
         root = server_root(fetch.url)
         listed = await fetch.get(root + "/v1/models")  # first: it says whether this is llama.cpp at all
         try:
@@ -212,8 +215,9 @@ class LlamaCpp(OpenAICompatible):
         except ProviderError:
             settings = {}  # older builds, or a router: the list alone still names the models
         settings = settings if isinstance(settings, dict) else {}
-        generation = settings.get("default_generation_settings")
-        context = generation.get("n_ctx") if isinstance(generation, dict) else None
+        context = positive(as_object(settings.get("default_generation_settings")).get("n_ctx"))
+        if context is None:
+            context = await slots_window(fetch, root)
         caps = settings.get("chat_template_caps")
         tools = bool(caps.get("supports_tools")) if isinstance(caps, dict) else None
         return [model_info(item["id"], None, context, tools, None) for item in entries(listed, fetch)]
@@ -245,6 +249,17 @@ class LmStudio(OpenAICompatible):
             context = positive(item.get("loaded_context_length")) or item.get("max_context_length")
             models.append(model_info(item["id"], None, context, "tool_use" in capabilities, None))
         return models
+
+
+async def slots_window(fetch: Fetch, root: str) -> int | None:
+    """The smallest `n_ctx` of llama.cpp's GET /slots (a request may land in any slot); None when
+    the server does not answer it (started without --slots, or not llama.cpp)."""
+    try:
+        slots = await fetch.get(root + "/slots")
+    except ProviderError:
+        return None
+    windows = [found for slot in as_list(slots) if (found := positive(as_object(slot).get("n_ctx")))]
+    return min(windows) if windows else None
 
 
 def merge_reasoning_details(details: list[Any]) -> list[Any]:
