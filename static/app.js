@@ -498,11 +498,12 @@ async function undo(messageid, force = false) {
   const session = state.session;
   if (!session) return;
   const prompt = conversation.promptOf(messageid); // read before the conversation is read again
+  const box = composer.mark();
   const result = await changingFiles(session, () => api('sessions_undo', {
     id: session.id, body: { messageid, ...(force ? { force: true } : {}) } }));
   if (!result) return;
   report('Undo', result, () => undo(messageid, true));
-  composer.offer(prompt); // an undone prompt comes back to the box, to change and send again
+  composer.offer(prompt, box); // an undone prompt comes back to the box, to change and send again
 }
 
 async function redo(force = false) {

@@ -59,6 +59,7 @@ export class Composer {
     this.busy = false;
     this.sessionid = null; // whose draft the box holds
     this.drafts = new Map(); // sessionid -> {text, files} of the sessions not shown
+    this.cleared = 0; // prompts sent from the box (see mark)
     this.carry = false; // the next session shown takes the box as it is (a session made for it)
 
     this.form.addEventListener('submit', (event) => { event.preventDefault(); this.submit(); });
@@ -148,8 +149,15 @@ export class Composer {
   }
 
   // Words given back to the box (the prompt an undo took back), unless the person is writing.
-  offer(text) {
-    if (this.text.value.trim() || !text) return false;
+  // What the box holds now, to offer a prompt later only if nothing was written or sent since
+  // (an undo's answer may come after the person typed, or sent, something else).
+  mark() {
+    return { sessionid: this.sessionid, text: this.text.value, cleared: this.cleared };
+  }
+
+  offer(text, mark = this.mark()) {
+    const untouched = mark.sessionid === this.sessionid && mark.text === this.text.value && mark.cleared === this.cleared;
+    if (!untouched || this.text.value.trim() || !text) return false;
     this.text.value = text;
     storeDraft(this.sessionid, text);
     this.fit();
@@ -213,6 +221,7 @@ export class Composer {
   // The prompt of this session was sent: its draft is done (in the box, or kept aside when
   // another session was chosen meanwhile).
   clear(sessionid = this.sessionid) {
+    this.cleared += 1;
     storeDraft(sessionid, '');
     if (sessionid !== this.sessionid) {
       this.drafts.delete(sessionid);
