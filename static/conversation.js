@@ -637,7 +637,7 @@ function renderAttachments(files) {
 
 // Where a run stopped, on its last message: aborted, or the error that ended it.
 // A failed run says, in words, what to do about its kind of error (data.errorkind: a provider
-// error's kind, or steps, disk, internal), with the buttons for it: Retry sends the last prompt
+// error's kind, or steps, cost, disk, internal), with the buttons for it: Retry sends the last prompt
 // again, Providers opens the provider settings.
 const PROVIDER_FIX = 'Check the provider in Providers (its key, its account, its address), or choose another model.';
 const SERVER_FIX = 'Check that the model server is running and reachable from this computer, then retry.';
@@ -661,6 +661,7 @@ const ERROR_ADVICE = {
   tool_use_failed: ['The model wrote a malformed tool call: retry, or choose another model.', ['retry', 'providers']],
   invalid_response: ['The provider answered something Totem could not read: retry, or choose another model.', ['retry', 'providers']],
   steps: ['Send a prompt to go on from here.', []],
+  cost: ['Raise the spending limit (Spending limit per run, in Session settings), then send a prompt to go on.', []],
   disk: ['Free some space on the disk, then retry.', ['retry']],
   internal: ['The server log says what went wrong; retry once it is fixed.', ['retry']],
 };

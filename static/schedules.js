@@ -7,7 +7,7 @@ import { api } from '/api.js';
 import { h, byId, confirmButton, toast } from '/dom.js';
 import { modelOptions } from '/composer.js';
 
-const FIELDS = ['name', 'prompt', 'model', 'kind', 'interval', 'time', 'mode', 'autoaccept', 'enabled'];
+const FIELDS = ['name', 'prompt', 'model', 'kind', 'interval', 'time', 'mode', 'autoaccept', 'maxcost', 'enabled'];
 const REFRESH_GAP_MS = 1500; // after a run's status changed, or past a schedule's next time
 const MAX_TIMER_MS = 60 * 60 * 1000;
 const MINUTE_MS = 60 * 1000;
@@ -87,7 +87,7 @@ export class SchedulesDialog {
         schedule.enabled ? null : h('span', { className: 'badge' }, 'disabled'),
         h('span', { className: 'muted schedule-options', title: schedule.model },
           [schedule.mode === 'build' ? 'Build' : 'Plan', schedule.autoaccept ? 'auto-accept edits' : null,
-            this.modelName(schedule.model)].filter(Boolean).join(' · '))),
+            schedule.maxcost != null ? `at most $${schedule.maxcost} a run` : null, this.modelName(schedule.model)].filter(Boolean).join(' · '))),
       h('div', { className: 'schedule-when' }, whenText(schedule)),
       h('div', { className: 'schedule-next', dataset: { next: String(schedule.next ?? '') } },
         h('span', { className: 'muted' }, 'Next run: '),
@@ -182,6 +182,8 @@ export class SchedulesDialog {
       mode: h('select', { id: 'schedule-mode' },
         h('option', { value: 'plan' }, 'Plan (only reads)'), h('option', { value: 'build' }, 'Build (changes files)')),
       autoaccept: h('input', { id: 'schedule-autoaccept', type: 'checkbox' }),
+      maxcost: h('input', { id: 'schedule-maxcost', type: 'number', min: 0, step: 'any', inputMode: 'decimal',
+        placeholder: 'the setting' }),
       enabled: h('input', { id: 'schedule-enabled', type: 'checkbox' }),
     };
     const zone = h('span', { className: 'muted schedule-zone' });
@@ -194,6 +196,8 @@ export class SchedulesDialog {
       time: field('time', 'At', controls.time, zone),
       mode: field('mode', 'Mode', controls.mode),
       autoaccept: checkField('autoaccept', controls.autoaccept, 'Auto-accept edits (nobody is there to approve; never .env files)'),
+      maxcost: field('maxcost', 'Spending limit', controls.maxcost,
+        h('span', { className: 'muted' }, 'US dollars a run may spend (empty: the Spending limit setting)')),
       enabled: checkField('enabled', controls.enabled, 'Enabled'),
     };
     const title = h('h3', { id: 'schedule-form-title' }, 'New schedule');
@@ -227,6 +231,7 @@ export class SchedulesDialog {
     controls.time.value = values.time ?? '09:00';
     controls.mode.value = values.mode || 'plan';
     controls.autoaccept.checked = !!values.autoaccept;
+    controls.maxcost.value = values.maxcost ?? '';
     controls.enabled.checked = values.enabled !== false;
     const timezone = schedule?.timezone ?? this.list[0]?.timezone;
     zone.textContent = timezone ? `the server's time: ${timezone}` : "in the server's time zone";
@@ -260,6 +265,8 @@ export class SchedulesDialog {
       model: controls.model.value, kind: controls.kind.value, mode: controls.mode.value,
       autoaccept: controls.autoaccept.checked, enabled: controls.enabled.checked };
     if (this.editing) body.id = this.editing.id;
+    const maxcost = controls.maxcost.value.trim();
+    if (maxcost !== '') body.maxcost = Number.isFinite(Number(maxcost)) ? Number(maxcost) : maxcost; // the server says what is wrong
     if (body.kind === 'daily') {
       if (controls.time.value) body.time = controls.time.value;
     } else if (controls.interval.value.trim() !== '') {

@@ -363,7 +363,7 @@ export class SettingsDialog {
     const input = numeric
       ? h('input', { id, type: 'number', className: 'setting-input', step: integer ? '1' : 'any',
         min: item.min, max: item.max, inputMode: integer ? 'numeric' : 'decimal', spellcheck: false,
-        placeholder: item.nullable ? 'provider default' : '', 'aria-describedby': `${id}-about` })
+        placeholder: item.nullable ? (item.none ?? '') : '', 'aria-describedby': `${id}-about` })
       : h('input', { id, type: 'text', className: 'setting-input', spellcheck: false, dataset: { kind: item.type },
         placeholder: item.type === 'paths' ? '/a/folder:/another' : 'true or false', 'aria-describedby': `${id}-about` });
     const value = h('strong', { className: 'setting-value' });
@@ -394,7 +394,7 @@ export class SettingsDialog {
   paintRow(key, item, fill) {
     const row = this.rows.get(key);
     row.item = item;
-    row.value.textContent = item.value === null || item.value === undefined ? "the provider's default"
+    row.value.textContent = item.value === null || item.value === undefined ? (item.none ?? 'none')
       : Array.isArray(item.value) ? (item.value.join(':') || 'none') : String(item.value);
     row.source.textContent = `from ${SOURCES[item.source] ?? item.source}`;
     row.source.dataset.source = item.source;
@@ -439,7 +439,7 @@ export class SettingsDialog {
   }
 }
 
-// An empty field is null: "the provider's default" for a key that takes it (the server refuses
+// An empty field is null: what the key says none means (its `none`) for a key that takes it (the server refuses
 // it for the others); a number as a number.
 function inputValue(input) {
   const text = input.value.trim();
@@ -455,5 +455,5 @@ function rangeText(item) {
   if (item.type === 'boolean') return 'true or false';
   if (item.type === 'paths') return `at most ${shown(item.max)} absolute paths, separated by :`;
   return `${item.type === 'integer' ? 'an integer' : 'a number'} from ${shown(item.min)} to ${shown(item.max)}`
-    + `${item.nullable ? "; empty: the provider's default" : ''}`;
+    + `${item.nullable ? `; empty: ${item.none ?? 'none'}` : ''}`;
 }

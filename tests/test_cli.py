@@ -13,7 +13,7 @@ import socket
 import sys
 import threading
 
-from tests.model_server import HttpError, ScriptedModel, models_fixture, reply
+from tests.model_server import HttpError, ScriptedModel, chunk, models_fixture, reply
 from tests.utils import MS, TOKEN, TotemCase, call, next_event, open_ws
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -456,6 +456,77 @@ class CliScriptTest(CliCase):
         code, _out, err = await self.finish(await self.start("--file", os.path.join(self.tmp, "nope"), "x"))
         self.assertEqual(code, 2)
         self.assertIn("--file", err)
+
+
+class CliUnattendedTest(CliCase):
+    """What a CI job lets its run do without anyone there, said up front and for that run only."""
+
+    async def test_allow_runs_that_command_and_stores_nothing(self):
+        self.model.script(reply(tool_calls=[("bash", {"command": "echo from-ci"})]), reply("Ran it."))
+        code, out, err = await self.finish(await self.start("--format", "json", "--reject-asks",
+                                                            "--allow", "echo from-ci", "run it"))
+        self.assertEqual(code, 0, err)
+        result = json.loads(out)
+        self.assertEqual((result["status"], result["questions"]), ("done", []))
+        messages = (await self.api("sessions_messages", ident=result["sessionid"]))["messages"]
+        tool = next(part for message in messages for part in message["parts"] if part["kind"] == "tool")
+        self.assertEqual((tool["status"], tool["data"]["decision"]["rule"]["layer"]), ("done", "run"))
+        self.assertIn("from-ci", tool["text"])
+        rules = await self.api("permissions", query=f"projectid={self.project['id']}")
+        self.assertFalse([rule for rule in rules if "from-ci" in rule["pattern"]], rules)
+        # Control: the same job without --allow is refused (exit 3).
+        self.model.script(reply(tool_calls=[("bash", {"command": "echo from-ci"})]), reply("Refused."))
+        code, _out, err = await self.finish(await self.start("--reject-asks", "run it"))
+        self.assertEqual(code, 3, err)
+
+    async def test_allow_takes_any_tool_by_name_and_autoaccept_edits(self):
+        """`Bash(echo *)` and `write(out.txt)` by the tool's name; --autoaccept lets the other
+        edit through (the session keeps it on, as the prompt box's switch does)."""
+        self.model.script(reply(tool_calls=[("bash", {"command": "echo two"})]),
+                          reply(tool_calls=[("write", {"path": "out.txt", "content": "o\n"})]),
+                          reply(tool_calls=[("write", {"path": "other.txt", "content": "p\n"})]), reply("Done."))
+        code, out, err = await self.finish(await self.start("--format", "json", "--reject-asks", "--allow",
+                                                            "Bash(echo *)", "--allow", "write(out.txt)", "go"))
+        result = json.loads(out)
+        self.assertEqual((code, [q["asked"] for q in result["questions"]]), (3, ["other.txt"]), err)
+        user = next(m for m in (await self.api("sessions_messages", ident=result["sessionid"]))["messages"]
+                    if m["role"] == "user")
+        self.assertEqual(user["data"]["allow"], [{"tool": "bash", "pattern": "echo *"},
+                                                 {"tool": "write", "pattern": "out.txt"}])
+        self.model.script(reply(tool_calls=[("write", {"path": "other.txt", "content": "p\n"})]), reply("Done."))
+        code, out, err = await self.finish(await self.start("--format", "json", "--reject-asks", "--autoaccept", "go"))
+        result = json.loads(out)
+        self.assertEqual((code, result["questions"]), (0, []), err)
+        for name, content in (("out.txt", "o\n"), ("other.txt", "p\n")):
+            with open(os.path.join(self.project["path"], name)) as handle:
+                self.assertEqual(handle.read(), content)
+        self.assertTrue((await self.api("sessions_read", ident=result["sessionid"]))["autoaccept"])
+
+    async def test_max_cost_ends_the_run_and_exits_1(self):
+        def step(number: int):
+            stream = reply(tool_calls=[("grep", {"pattern": f"line {number}"})], usage=False)
+            stream.events.append(chunk(usage={"prompt_tokens": 10, "completion_tokens": 5, "cost": 0.03},
+                                       choices=False))
+            return stream
+        self.model.script(step(1), step(2), step(3), reply("never"))
+        code, out, err = await self.finish(await self.start("--format", "json", "--max-cost", "0.05", "look"))
+        result = json.loads(out)
+        self.assertEqual((code, result["status"], result["exit"]), (1, "failed", 1), err)
+        self.assertIn("spending limit of $0.0500", result["error"])
+        self.assertEqual(len(self.model.requests), 2)
+        self.assertAlmostEqual(result["tokens"]["cost"], 0.06)
+
+    async def test_bad_flags_exit_2_and_a_bad_rule_exits_1_with_the_servers_reason(self):
+        for args, words in ((("--max-cost", "-1", "hi"), "US dollars"), (("--max-cost", "nan", "hi"), "US dollars"),
+                            (("--max-cost", "lots", "hi"), "US dollars"), (("--allow", " ", "hi"), "TOOL(PATTERN)")):
+            with self.subTest(args=args):
+                code, _out, err = await self.finish(await self.start(*args))
+                self.assertEqual(code, 2, err)
+                self.assertIn(words, err)
+        code, _out, err = await self.finish(await self.start("--allow", "nosuch(x)", "hi"))
+        self.assertEqual(code, 1, err)
+        self.assertIn("allow[0].tool", err)
+        self.assertEqual(self.model.requests, [])
 
 
 class CliTokenTest(TotemCase):

@@ -143,9 +143,33 @@ def test_defaults_unknown_tool_asks():
     assert "frobnicate" in decision.reason
 
 
+def run_rule(tool: str, pattern: str) -> Rule:
+    return Rule(tool, pattern, "allow", "run")
+
+
+def test_a_run_rule_allows_like_a_saved_one_and_never_above_a_deny_as_specific():
+    """The layer "run" (a prompt's `allow`): it allows what it matches; a project or global
+    deny of the same pattern wins; an exact run rule beats a wildcard deny, as any exact rule
+    does; the guards and Plan mode hold under it; a scheduled run still denies what asks."""
+    allowed = bash("npm test", [run_rule("bash", "npm test")])
+    assert (allowed.action, allowed.rule.layer) == ("allow", "run")
+    assert "by the run rule bash: npm test" in allowed.reason
+    for layer in (project, glob):
+        denied = bash("npm test", [run_rule("bash", "npm test"), layer("bash", "npm test", "deny")])
+        assert (denied.action, denied.rule.layer) == ("deny", layer("bash", "x", "deny").layer)
+    assert bash("npm test", [run_rule("bash", "npm test"), project("bash", "npm *", "deny")]).action == "allow"
+    assert bash("cat ~/.ssh/id_rsa", [run_rule("bash", "cat *")]).action == "ask"
+    assert bash("cat .env", [run_rule("bash", "cat *")]).action == "ask"
+    assert run("read", ".env", rules=[run_rule("read", "**")]).action == "ask"
+    assert run("write", "a.txt", rules=[run_rule("write", "**")], mode="plan").action == "deny"
+    assert bash("npm install", [run_rule("bash", "npm test")], scheduled=True).action == "deny"
+    # Control: without the run rule the same command asks.
+    assert bash("npm test").action == "ask"
+
+
 def test_constants_interface():
     """The constants the loop and the API are written against, and what the tools declare."""
-    assert ACTIONS == ("allow", "ask", "deny") and LAYERS == ("project", "global", "default")
+    assert ACTIONS == ("allow", "ask", "deny") and LAYERS == ("run", "project", "global", "default")
     assert sorted(FILE_TOOLS) == ["edit", "glob", "grep", "patch", "read", "skill", "write"]
     assert CHANGING_TOOLS == ["bash", "edit", "jobstop", "mcp", "mcp-start", "patch", "sandboxed", "write"]
     assert sorted(name for name, kind in KINDS.items() if kind.edits) == ["edit", "patch", "write"]

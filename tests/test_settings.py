@@ -28,7 +28,7 @@ class LayersTest(SettingsCase):
         sid, pid = self.session["id"], self.project["id"]
         fresh = await self.read(sessionid=sid)
         self.assertEqual({k: (v["value"], v["source"]) for k, v in fresh.items()},
-                         {"steps": (50, "config"), "commandtimeout": (120, "config"), "outputcap": (30000, "config"),
+                         {"steps": (50, "config"), "maxcost": (None, "config"), "commandtimeout": (120, "config"), "outputcap": (30000, "config"),
                           "temperature": (None, "config"), "forge": (True, "config"),
                           "forgedocs": (True, "config"), "selfcheck": (False, "config"),
                           "network": (True, "config"), "unattendednetwork": (False, "config"),
@@ -57,6 +57,9 @@ class LayersTest(SettingsCase):
                             ({"scope": "all", "key": "steps", "value": 0}, "value"),
                             ({"scope": "all", "key": "steps", "value": 1001}, "value"),
                             ({"scope": "all", "key": "temperature", "value": 2.5}, "value"),
+                            ({"scope": "all", "key": "maxcost", "value": -0.01}, "value"),
+                            ({"scope": "all", "key": "maxcost", "value": "1"}, "value"),
+                            ({"scope": "all", "key": "maxcost", "value": 2_000_000}, "value"),
                             ({"scope": "all", "key": "selfcheck", "value": "yes"}, "value"),
                             ({"scope": "all", "key": "forgedocs", "value": 1}, "value"),
                             ({"scope": "all", "key": "forge", "value": None}, "value"),

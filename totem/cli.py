@@ -3,6 +3,7 @@
     python totem.py run [--url URL] [--config F] [--token-file F] [--project PATH]
                         [--session ID | --continue | --new] [--model M] [--mode build|plan]
                         [--agent NAME] [--command NAME] [--file PATH]...
+                        [--max-cost USD] [--autoaccept] [--allow RULE]...
                         [--format text|json|jsonl] [--reject-asks] [TEXT]
     python totem.py run --models
 
@@ -21,8 +22,12 @@ could not be answered (`--reject-asks`); 130 interrupted: SIGINT, SIGTERM or SIG
 server's run first (a question that waits ends rejected with it), so a cancelled CI job leaves
 nothing running. A client that ends any other way once the prompt is sent aborts the run too.
 
-It never approves anything: a permission question prints what waits and that it is answered in
-the Totem screen, or with `--reject-asks` is rejected (a question of the ask tool likewise). The
+It never approves anything itself: a permission question prints what waits and that it is
+answered in the Totem screen, or with `--reject-asks` is rejected (a question of the ask tool
+likewise). What the person lets a job do without asking is said up front: `--allow` rules
+(`npm test`, a bash command line; `edit(src/**)`, any tool by name) hold for that run alone and
+are never stored, `--autoaccept` turns on the session's auto-accept of file edits, and
+`--max-cost` stops the run once its answers cost more. The
 token comes from `--token-file` or the `token` of the local config.ini, never from the command
 line (where other users of the machine could read it), and is never printed; it works against a
 server elsewhere.
@@ -92,6 +97,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--agent", help="a project agent (.totem/agents/NAME.md) for this prompt")
     p.add_argument("--command", help="a project command (.totem/commands/NAME.md); the text is its arguments")
     p.add_argument("--mode", choices=("build", "plan"))
+    p.add_argument("--max-cost", type=cost, metavar="USD",
+                   help="stop the run once its answers cost more than this many US dollars (over the maxcost setting)")
+    p.add_argument("--autoaccept", action="store_true",
+                   help="turn on the session's auto-accept of file edits (write, edit, patch; never commands)")
+    p.add_argument("--allow", action="append", default=[], type=allow_rule, metavar="RULE",
+                   help="allow without a question, in this run only (never stored): a bash command line "
+                        "(`npm test`, `npm run *`), or TOOL(PATTERN) for any tool (`edit(src/**)`); repeatable")
     p.add_argument("--format", choices=FORMATS, default="text",
                    help="text: the answer as it streams; jsonl: every event as a JSON line; json: one object "
                         "at the end (session, status, answer, tokens, cost, files, questions)")
@@ -476,8 +488,36 @@ def prompt_body(text: str, model: str | None, args) -> dict:
     flags chose."""
     body: dict = {"command": args.command, "arguments": text} if args.command else {"text": text}
     chosen = (("model", model), ("mode", args.mode), ("agent", args.agent),
-              ("attachments", getattr(args, "attachments", None)))
-    return body | {key: value for key, value in chosen if value}
+              ("attachments", getattr(args, "attachments", None)), ("autoaccept", args.autoaccept),
+              ("allow", [{"tool": tool, "pattern": pattern} for tool, pattern in args.allow]))
+    body |= {key: value for key, value in chosen if value}
+    return body | ({"maxcost": args.max_cost} if args.max_cost is not None else {})
+
+
+# TOOL(PATTERN): no command line of a shell has that form (a word followed by `(` is a syntax
+# error), so anything else is a bash command line.
+TOOL_RULE = re.compile(r"([A-Za-z][A-Za-z0-9_-]*)\((.*)\)", re.DOTALL)
+
+
+def allow_rule(given: str) -> tuple[str, str]:
+    """`--allow`: (tool, pattern). The server checks that the tool exists and the pattern can be."""
+    found = TOOL_RULE.fullmatch(given.strip())
+    if found:
+        return found.group(1).lower(), found.group(2).strip()
+    if not given.strip():
+        raise argparse.ArgumentTypeError("a rule is a command line, or TOOL(PATTERN)")
+    return "bash", given.strip()
+
+
+def cost(given: str) -> float:
+    """`--max-cost`: US dollars, 0 or more."""
+    try:
+        value = float(given)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):  # also nan
+        raise argparse.ArgumentTypeError(f"US dollars, 0 or more (not {given!r})")
+    return value
 
 
 def attachment(path: str) -> dict:

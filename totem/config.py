@@ -99,6 +99,23 @@ def _parse_text(text: str) -> str:
     return text.strip()
 
 
+MAX_COST_USD = 1_000_000
+
+
+def _parse_cost(text: str) -> float | None:
+    """US dollars, or none (empty, `none`): no limit."""
+    cleaned = text.strip().lower()
+    if cleaned in ("", "none"):
+        return None
+    try:
+        value = float(cleaned)
+    except ValueError:
+        raise ValueError(f"none or US dollars from 0 to {MAX_COST_USD}") from None
+    if not 0 <= value <= MAX_COST_USD:  # also refuses nan and inf
+        raise ValueError(f"none or US dollars from 0 to {MAX_COST_USD}")
+    return value
+
+
 def _parse_choice(*choices: str):
     def parse(text: str) -> str:
         value = text.strip().lower()
@@ -188,6 +205,8 @@ KEYS = (
     Key("sendbudgetmb", _int_range(1, 1 << 16), "64"),
     Key("maxconnections", _int_range(1, 100_000), "512"),
     Key("steps", _int_range(1, 1000), "50"),
+    # US dollars one run may spend (its sub-agents with it) before it stops; a setting too.
+    Key("maxcost", _parse_cost, ""),
     Key("snapshotmb", _int_range(16, 1 << 20), "1024"),
     # The kernel sandbox of the agent's processes (sandbox.py): auto, required or off; the
     # folders bwrap is looked for in; the network of commands; more writable and secret places.
@@ -234,6 +253,7 @@ class Config:
     sendbudgetmb: int
     maxconnections: int
     steps: int
+    maxcost: float | None
     snapshotmb: int
     sandbox: str
     sandboxpath: str

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from totem.config import path_list_problem
+from totem.config import MAX_COST_USD, path_list_problem
 
 LAYERS = ("config", "all", "project", "session")
 
@@ -27,7 +27,8 @@ class Key:
     high: float
     description: str
     title: str = ""  # its name in words, for the person (the key is config.ini's and the API's)
-    nullable: bool = False  # None is a value: "the provider's default"
+    nullable: bool = False  # None is a value, meaning `none`
+    none: str = "the provider's default"  # what None means, in words
     # Every layer adds to it (a union, in layer order), none takes away: the secret places.
     merged: bool = False
 
@@ -51,6 +52,8 @@ class Key:
 KEYS = (
     Key("steps", int, 1, 1000, "model calls in one run before it stops and waits for the person",
         title="Steps per run"),
+    Key("maxcost", float, 0, MAX_COST_USD, "US dollars one run may spend, its sub-agents with it, before it "
+        "stops (none: no limit)", title="Spending limit per run", nullable=True, none="no limit"),
     Key("commandtimeout", int, 1, 600, "seconds a command may run when the model does not say",
         title="Command time limit"),
     Key("outputcap", int, 1000, 50_000, "bytes of a command's output that the model gets (head and tail)",
@@ -81,8 +84,8 @@ BY_NAME = {key.name: key for key in KEYS}
 
 def defaults(config, command_timeout: float, output_cap: int) -> dict[str, Any]:
     """The config layer: what config.ini says, or the built-in default of each key."""
-    return {"steps": config.steps, "commandtimeout": int(command_timeout), "outputcap": output_cap,
-            "temperature": None, "forge": config.forge, "forgedocs": config.forgedocs,
+    return {"steps": config.steps, "maxcost": config.maxcost, "commandtimeout": int(command_timeout),
+            "outputcap": output_cap, "temperature": None, "forge": config.forge, "forgedocs": config.forgedocs,
             "selfcheck": config.selfcheck, "network": config.network,
             "unattendednetwork": config.unattendednetwork, "writable": list(config.writable),
             "secrets": list(config.secrets)}

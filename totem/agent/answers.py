@@ -60,7 +60,7 @@ class Answers:
 
     async def stream(self, sessionid: str, model: str, target, body: dict, marks: dict | None = None,
                      prompt: str | None = None, review: Review | None = None, encoder=None,
-                     opening: dict | None = None) -> tuple[list[ToolCall], dict[str, OpenPart]]:
+                     opening: dict | None = None, budget=None) -> tuple[list[ToolCall], dict[str, OpenPart]]:
         """Stream one answer into parts; returns its tool calls and the part of each. `marks`
         go into the data of the finished message (`compaction`), `opening` into the data of the
         message until it is finished (kept when it fails: `compacting`); `prompt`, the id of the user
@@ -68,7 +68,7 @@ class Answers:
         self-checked answer), the text is held until the answer ends, then stored and published
         whole, followed by a `validation` part when the review found problems; reasoning and
         tool calls stream as ever. `encoder` (bodies.BodyEncoder) is the run's, which keeps the
-        JSON of the messages of its last request.
+        JSON of the messages of its last request. `budget` (run.Budget) counts the answer's cost.
 
         Raises ProviderError (a failed or refused answer: its parts are closed as error), and
         CancelledError on abort (closed as aborted).
@@ -141,9 +141,12 @@ class Answers:
         usage = usage or (result.usage if result else None)
         written = sum(len(p.text()) for p in (text_part, reasoning_part) if p is not None) + sum(
             len(call.arguments or "") for call in calls) + sum(len(piece) for piece in held)
+        tokens = tokens_of(usage, body, written, target.price)
+        if budget is not None:
+            budget.add(tokens)
         await self.store.finish_message(messageid, usage,
                                         {"started": started, "first": first_token, "finished": now_ms(),
-                                         "tokens": tokens_of(usage, body, written, target.price),
+                                         "tokens": tokens,
                                          **(marks or {}), **answering,
                                          "finish_reason": result.finish_reason if result else None,
                                          **({"reasoning_details": result.reasoning_details}

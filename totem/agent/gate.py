@@ -57,6 +57,9 @@ class Asker:
     tools: frozenset[str] | None = None  # an agent's tools: a call to any other is refused (None: all)
     asks_in: str | None = None  # a sub-agent's questions go to the person where its parent runs
     depth: int = 0  # 1 for a sub-agent's run
+    # Rules of this run only (the layer "run": Sessions|prompt's `allow`), a sub-agent's its
+    # parent's: decided with the saved ones, never stored.
+    rules: tuple[Rule, ...] = ()
 
     @property
     def asked_in(self) -> str:
@@ -103,7 +106,7 @@ class PermissionGate:
         root = asker.root
         git_programs = tool == "bash" and await asyncio.to_thread(repository_runs_programs, root)
         kind = self.kinds().get(tool) or ToolKind(TEXT, changes=True)
-        rules = await self.rules(asker.projectid)
+        rules = [*asker.rules, *await self.rules(asker.projectid)]
         pinned: dict[str, str] = {}
         if kind.edits and not outside and asker.mode == "build":
             files = await self.pinned_files(asker.projectid, root, rules)

@@ -83,7 +83,7 @@ class Compaction:
         # is dropped from the history (context.history_messages), never sent as an answer.
         _calls, parts = await self.answers.stream(run.request.sessionid, run.request.prompt.model, target, body,
                                                   {"compaction": True}, prompt=run.messageid,
-                                                  opening={"compacting": True})
+                                                  opening={"compacting": True}, budget=run.budget)
         for open_part in parts.values():  # a model that calls a tool anyway: nothing runs
             open_part.data["error"] = "no tools while compacting"
             await self.recorder.close(open_part, "error")

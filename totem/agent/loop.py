@@ -24,14 +24,15 @@ from totem.agent.provider_errors import ProviderError
 from totem.agent.providers import redact
 from totem.agent.queued import PromptQueue
 from totem.agent.requests import window_of
-from totem.agent.run import ERROR_DISK, ERROR_INTERNAL, ERROR_STEPS, Run, RunRefused, RunRequest
-from totem.agent.steps import BACKOFF_FIRST_S, StepLimitReached, Steps
+from totem.agent.run import ERROR_COST, ERROR_DISK, ERROR_INTERNAL, ERROR_STEPS, Budget, Run, RunRefused, RunRequest
+from totem.agent.steps import BACKOFF_FIRST_S, CostLimitReached, StepLimitReached, Steps
 from totem.agent.subagents import SubAgents
 from totem.agent.turns import Prompt
 from totem.errors import out_of_space
 from totem.events import RunError, SessionStatus
 from totem.rows import PartRow
 from totem.security.boundary import session_root
+from totem.security.permissions import RUN_LAYER, Rule
 from totem.store import Store
 
 log = logging.getLogger("totem.agent")
@@ -94,10 +95,12 @@ class Runs:
         return await self.queue.remove(self._runs.get(sessionid), messageid)
 
     async def start_prompt(self, session: dict, project: dict, prompt: Prompt, limits: dict | None = None,
-                           messageid: str | None = None, parent: Asker | None = None) -> str:
+                           messageid: str | None = None, parent: Asker | None = None,
+                           budget: Budget | None = None) -> str:
         """Store the user message (or take the stored one, `messageid`) and start the run;
         returns the message id. With `parent`, the run is a sub-agent's (subagents.py): its
-        questions go where the parent's do.
+        questions go where the parent's do, the parent's run rules hold in it, and it spends
+        from `budget`, its parent's.
 
         Raises RunRefused while the session runs: prompts are never interleaved.
         """
@@ -107,8 +110,11 @@ class Runs:
         asker = Asker(sessionid, project["id"], session_root(session, project),
                       prompt.mode, prompt.autoaccept,
                       prompt.scheduled, tools=frozenset(prompt.tools) if prompt.tools is not None else None,
-                      asks_in=parent.asked_in if parent else None, depth=parent.depth + 1 if parent else 0)
-        run = Run(RunRequest(session, project, prompt, asker, dict(limits or {})))
+                      asks_in=parent.asked_in if parent else None, depth=parent.depth + 1 if parent else 0,
+                      rules=run_rules(prompt, parent))
+        limits = dict(limits or {})
+        run = Run(RunRequest(session, project, prompt, asker, limits),
+                  budget=budget or Budget(limits.get("maxcost") if prompt.maxcost is None else prompt.maxcost))
         self._runs[sessionid] = run  # claimed before any await, so a second prompt is refused
         try:
             if messageid is None:
@@ -198,6 +204,9 @@ class Runs:
         except StepLimitReached as exc:
             self._fail(run, str(exc), ERROR_STEPS)
             status = "error"
+        except CostLimitReached as exc:
+            self._fail(run, str(exc), ERROR_COST)
+            status = "error"
         except ProviderError as exc:
             self._fail(run, redact(exc.message, run.key), exc.kind)
             status = "error"
@@ -234,3 +243,9 @@ class Runs:
             await hook.begin(run)
         await self.steps.take(run, target)
         return "idle"
+
+
+def run_rules(prompt: Prompt, parent: Asker | None) -> tuple[Rule, ...]:
+    """The rules of a run alone: the allow rules its prompt brought, and a sub-agent's parent's."""
+    own = tuple(Rule(tool, pattern, "allow", RUN_LAYER) for tool, pattern in prompt.allow)
+    return own + (parent.rules if parent is not None else ())

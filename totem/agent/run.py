@@ -17,8 +17,9 @@ if TYPE_CHECKING:
     from totem.tools import Registry
 
 
-# The failures of a run that are not a provider's: the step limit, a full disk, a fault of Totem.
-ERROR_STEPS, ERROR_DISK, ERROR_INTERNAL = "steps", "disk", "internal"
+# The failures of a run that are not a provider's: the step limit, the spending limit, a full
+# disk, a fault of Totem.
+ERROR_STEPS, ERROR_COST, ERROR_DISK, ERROR_INTERNAL = "steps", "cost", "disk", "internal"
 
 
 class RunRefused(Exception):
@@ -39,6 +40,32 @@ class RunRequest:
     @property
     def sessionid(self) -> str:
         return str(self.session["id"])
+
+
+@dataclass
+class Budget:
+    """What a run may spend (`limit` in US dollars; None: no limit) and has spent. A run and its
+    sub-agents share one: a sub-agent's answers are paid from its parent's limit. Only a known
+    cost counts (the provider's figure, or the tokens at the catalog's price): a model without
+    one spends nothing here."""
+
+    limit: float | None = None
+    spent: float = 0.0
+
+    def add(self, tokens: dict[str, Any]) -> None:
+        """Count one answer's tokens (answers.tokens_of), when they have a cost."""
+        cost = tokens.get("cost")
+        if isinstance(cost, (int, float)) and not isinstance(cost, bool) and cost > 0:
+            self.spent += float(cost)
+
+    def passed(self) -> bool:
+        return self.limit is not None and self.spent > self.limit
+
+    def sentence(self) -> str:
+        """Why the run stopped, and what to do, for the person and the log."""
+        return (f"The run stopped: it cost ${self.spent:.4f}, past its spending limit of "
+                f"${self.limit:.4f} (maxcost). Raise the limit in Session settings, or send the "
+                "prompt again with a higher maxcost, to go on.")
 
 
 @dataclass
@@ -77,3 +104,4 @@ class Run:
     review: Review | None = None  # a Total.js project's self-check of each answer (knowledge.py)
     tools: Registry | None = None  # the run's tools: the built-in ones and its MCP servers' (None: built-in)
     history: History = field(default_factory=History)
+    budget: Budget = field(default_factory=Budget)  # shared with its sub-agents' runs

@@ -33,6 +33,10 @@ class StepLimitReached(Exception):
     """The run made as many model calls as it may; the message says what to do."""
 
 
+class CostLimitReached(Exception):
+    """The run spent more than its spending limit (maxcost): it stops before its next model call."""
+
+
 class Steps:
     def __init__(self, parts: AgentParts, hub, limit: int, backoff_first_s: float = BACKOFF_FIRST_S,
                  providers=None):
@@ -43,12 +47,15 @@ class Steps:
         self.backoff_first_s = backoff_first_s
 
     async def take(self, run: Run, target) -> None:
-        """Every step of `run`. Raises StepLimitReached, ProviderError (not passing, or retried
+        """Every step of `run`. Raises StepLimitReached, CostLimitReached (before a model call,
+        once the run's answers cost more than its limit), ProviderError (not passing, or retried
         MAX_RETRIES times), and what a step raises."""
         request = run.request
         repeats: list[str] = []
         steps = request.limits.get("steps") or self.limit
         for _step in range(steps):
+            if run.budget.passed():
+                raise CostLimitReached(run.budget.sentence())
             calls, parts = await self.answer(run, target)
             if not calls:
                 return
@@ -76,7 +83,7 @@ class Steps:
                 body = await self.parts.requests.body(run, target, self.parts.calls.registry)
                 return await self.parts.answers.stream(run.request.sessionid, run.request.prompt.model, target,
                                                        body, prompt=run.messageid, review=run.review,
-                                                       encoder=run.history.encoder)
+                                                       encoder=run.history.encoder, budget=run.budget)
             except ProviderError as exc:
                 if isinstance(exc, ConversationTooLong):
                     raise

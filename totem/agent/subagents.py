@@ -65,7 +65,8 @@ class SubAgents:
         self.runs.hub.publish(SessionUpdated(child["id"], child))
         part.data["sessionid"] = child["id"]  # the conversation links to it while it works
         await self.runs.recorder.update(part, "running")
-        await self.runs.start_prompt(child, parent_run.request.project, prompt, parent_run.request.limits, parent=asker)
+        await self.runs.start_prompt(child, parent_run.request.project, prompt, parent_run.request.limits, parent=asker,
+                                     budget=parent_run.budget)
         child_run = self.runs.run_of(child["id"])
         try:
             if child_run is not None and child_run.task is not None:

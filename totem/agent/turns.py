@@ -31,6 +31,10 @@ class Prompt:
     instructions: str = ""  # the agent's prompt, added to the end of the system prompt
     notes: dict = field(default_factory=dict)  # kept in the message's data: command, arguments, agent
     keep: tuple[str, str] | None = None  # (model, mode) the session keeps when the run's came from a file
+    # For this run only (never kept by the session): its spending limit in US dollars, over the
+    # settings' maxcost; and (tool, pattern) allow rules, decided in the layer "run".
+    maxcost: float | None = None
+    allow: tuple[tuple[str, str], ...] = ()
 
 
 async def store_user_message(store, hub, session: dict, prompt: Prompt, extra: dict | None = None) -> dict:

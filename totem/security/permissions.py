@@ -50,12 +50,15 @@ from totem.security.programs import risky_use
 from totem.security.shellwords import Split, command_text, split_command
 
 __all__ = [
-    "ACTIONS", "LAYERS", "ToolKind", "PATH", "COMMAND", "HOST", "CALL", "TEXT", "Rule", "Decision", "Call",
+    "ACTIONS", "LAYERS", "RUN_LAYER", "ToolKind", "PATH", "COMMAND", "HOST", "CALL", "TEXT", "Rule", "Decision", "Call",
     "Split", "default_rules", "decide", "split_command", "command_text", "suggest_patterns",
     "matches", "rule_problems", "RuleRow", "DecisionRow", "Inside"]
 
 ACTIONS = ("allow", "ask", "deny")
-LAYERS = ("project", "global", "default")
+# "run": the rules one run was given (Sessions|prompt's `allow`, never stored): at equal
+# specificity a deny of any layer still beats them.
+RUN_LAYER = "run"
+LAYERS = (RUN_LAYER, "project", "global", "default")
 # What a tool's subjects are, as its kind declares them (ToolKind.subject).
 PATH = "path"  # project-relative paths: `*` within a folder, `**` across folders
 COMMAND = "command"  # a command line, split into simple commands and matched word by word

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from totem.agent.loop import REASONING_LEVELS, Prompt
 from totem.errors import BadRequest, NotFound
+from totem.security.permissions import ToolKind, rule_problems
 
 if TYPE_CHECKING:
     from totem.workspace.commands import Choice
@@ -52,6 +53,8 @@ class PromptRequest:
     command: str | None = None  # a project command in place of the text (with its arguments)
     arguments: str | None = None
     agent: str | None = None  # a project agent for this prompt's run
+    maxcost: float | None = None  # this run's spending limit (None: the settings')
+    allow: tuple[tuple[str, str], ...] = ()  # (tool, pattern) allow rules of this run alone
 
 
 @dataclass(frozen=True)
@@ -87,11 +90,17 @@ class PromptPlan:
     instructions: str = ""
     notes: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     keep: tuple[str, str] | None = None
+    maxcost: float | None = None
+    allow: tuple[tuple[str, str], ...] = ()
 
     def prompt(self) -> Prompt:
+        # The message keeps what this run alone was given: the conversation shows it.
+        given = ({"maxcost": self.maxcost} if self.maxcost is not None else {}) | (
+            {"allow": [{"tool": tool, "pattern": pattern} for tool, pattern in self.allow]} if self.allow else {})
         return Prompt(text=self.text, model=self.model, mode=self.mode, autoaccept=self.autoaccept,
                       reasoning=self.reasoning, attachments=list(self.attachments), scheduled=self.scheduled,
-                      tools=self.tools, instructions=self.instructions, notes=dict(self.notes), keep=self.keep)
+                      tools=self.tools, instructions=self.instructions, notes=dict(self.notes) | given,
+                      keep=self.keep, maxcost=self.maxcost, allow=self.allow)
 
 
 def wants_expansion(request: PromptRequest, state: SessionState) -> bool:
@@ -125,7 +134,7 @@ def plan_prompt(request: PromptRequest, state: SessionState, choice: Choice | No
     model = _check(request, state, text, files, model, mode)
     action = START if not state.running else STEER if request.steer else QUEUE
     plan = PromptPlan(action, text, model, mode, autoaccept, request.reasoning, files, request.scheduled,
-                      request.steer, drop_reverted=not state.running)
+                      request.steer, drop_reverted=not state.running, maxcost=request.maxcost, allow=request.allow)
     return plan if choice is None else _narrowed(plan, request, state, choice)
 
 
@@ -157,7 +166,19 @@ def _check(request: PromptRequest, state: SessionState, text: str, files: tuple[
         raise BadRequest(("model", "choose a model; Providers|catalog lists the ones you can use"))
     if state.running and not request.wait:
         raise BadRequest(("session", "the session is running; wait for it to finish or abort it"))
+    if state.running and request.steer:
+        for name, given in (("maxcost", request.maxcost is not None), ("allow", bool(request.allow))):
+            if given:
+                raise BadRequest((name, "holds for a run of its own; a steer joins the run that goes on, "
+                                        "so send it without steer (it runs when the current run ends)"))
     return model
+
+
+def run_rule_problems(allow: tuple[tuple[str, str], ...],
+                      kinds: Mapping[str, ToolKind]) -> list[tuple[str, str]]:
+    """Why each of a prompt's allow rules cannot be, as (field, reason): `allow[i].tool`..."""
+    return [(f"allow[{index}].{name}", why) for index, (tool, pattern) in enumerate(allow)
+            for name, why in rule_problems(tool, pattern, "allow", kinds)]
 
 
 def _narrowed(plan: PromptPlan, request: PromptRequest, state: SessionState, choice: Choice) -> PromptPlan:

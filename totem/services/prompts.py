@@ -20,7 +20,14 @@ from totem.errors import BadRequest, NotFound
 from totem.events import SessionUpdated
 from totem.rows import ProjectRow, SessionRow
 from totem.security.boundary import session_root
-from totem.services.prompt_plan import PromptPlan, PromptRequest, SessionState, plan_prompt, wants_expansion
+from totem.services.prompt_plan import (
+    PromptPlan,
+    PromptRequest,
+    SessionState,
+    plan_prompt,
+    run_rule_problems,
+    wants_expansion,
+)
 from totem.services.session_rows import SessionRows
 from totem.store import Store, session_view
 
@@ -54,6 +61,9 @@ class Prompts:
                              running=self.runs.is_running(session["id"]),
                              worktree_gone=bool(worktree) and not os.path.isdir(worktree or ""),
                              has_project=project is not None)
+        problems = run_rule_problems(request.allow, self.runs.registry.kinds())
+        if problems:
+            raise BadRequest(problems)
         wanted = wants_expansion(request, state)  # True only with a project
         choice = await _expand(session, project, request) if wanted and project is not None else None
         # Read again: a run may have ended while the files were read.

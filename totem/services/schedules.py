@@ -69,7 +69,7 @@ class Schedules:
                 reason = session["error"] if session is not None else None
                 last.update(status="failed", note=reason or "the run failed")
         fields = {key: data.get(key) for key in ("name", "prompt", "model", "kind", "interval", "time", "mode",
-                                                  "autoaccept", "enabled")}
+                                                  "autoaccept", "maxcost", "enabled")}
         next_at = data.get("next")
         return {"id": row["id"], "projectid": row["projectid"], **fields,
                 "next": round(next_at * 1000) if next_at else None, "last": last,
@@ -103,7 +103,7 @@ class Schedules:
         if problems:
             raise BadRequest(problems)
         data = {key: fields.get(key) for key in ("name", "prompt", "model", "kind", "interval", "time", "mode",
-                                                  "autoaccept", "enabled")}
+                                                  "autoaccept", "maxcost", "enabled")}
         if old is not None:
             data["last"] = old["data"].get("last")
         data["next"] = next_run(data, self.clock())
@@ -174,7 +174,8 @@ class Schedules:
             try:
                 await self.sessions.prompt(session["id"], data["prompt"], model=data["model"],
                                            mode=data.get("mode") or DEFAULT_MODE,
-                                           autoaccept=bool(data.get("autoaccept")), scheduled=True)
+                                           autoaccept=bool(data.get("autoaccept")), scheduled=True,
+                                           maxcost=data.get("maxcost"))
                 last["status"] = "started"
             except ApiError as exc:
                 last.update(status="failed", note=str(exc))

@@ -162,7 +162,8 @@ class Sessions:
 
     async def prompt(self, sessionid: str, text: str = "", *, model: str | None = None,
                      mode: str | None = None, autoaccept: bool | None = None, reasoning: str | None = None,
-                     attachments: Attachments | None = None, scheduled: bool = False) -> str:
+                     attachments: Attachments | None = None, scheduled: bool = False,
+                     maxcost: float | None = None) -> str:
         """Store the person's message and start the run; returns the message id at once.
 
         `model`, `mode` and `autoaccept` left out (None) take the session's. Raises NotFound,
@@ -170,14 +171,15 @@ class Sessions:
         reasoning level that does not exist, a session that is already running).
         """
         request = PromptRequest(text, model, mode, autoaccept, reasoning, tuple(attachments or ()),
-                                scheduled=scheduled, wait=False)
+                                scheduled=scheduled, wait=False, maxcost=maxcost)
         messageid: str = (await self.prompts.send(sessionid, request))["messageid"]
         return messageid
 
     async def send(self, sessionid: str, text: str = "", *, model: str | None = None, mode: str | None = None,
                    autoaccept: bool | None = None, reasoning: str | None = None,
                    attachments: Attachments | None = None, steer: bool = False, command: str | None = None,
-                   arguments: str | None = None, agent: str | None = None) -> dict[str, Any]:
+                   arguments: str | None = None, agent: str | None = None, maxcost: float | None = None,
+                   allow: tuple[tuple[str, str], ...] = ()) -> dict[str, Any]:
         """A prompt of the person, also while the session runs: `{messageid}` when it starts a
         run; during one, `{messageid, queued: true}` (it runs when the current run ends, and
         Sessions|unqueue takes it back until then) or with `steer`, `{messageid, steered: true}`
@@ -186,11 +188,14 @@ class Sessions:
         `command` (with its `arguments`) is a project command in place of `text`, `agent` a
         project agent for this prompt's run (project_commands.py): either may choose the model
         when `model` is not given, Plan mode, the agent's prompt and a subset of the built-in
-        tools; neither changes what the session keeps. Raises as `prompt`, and BadRequest naming
-        `command`, `agent` or `arguments` (no such file, an invalid one, an `@path` outside the
-        project or to a secret file) or `steer` (a command or an agent while a run goes on)."""
+        tools; neither changes what the session keeps. `maxcost` (US dollars) and `allow`
+        ((tool, pattern) allow rules) hold for this prompt's run alone, its sub-agents with it;
+        the session keeps neither. Raises as `prompt`, and BadRequest naming `command`, `agent`
+        or `arguments` (no such file, an invalid one, an `@path` outside the project or to a
+        secret file), `steer` (a command or an agent while a run goes on), `allow[i]` (a rule
+        that cannot be) or `maxcost`/`allow` with a steer (it joins a run that has its own)."""
         request = PromptRequest(text, model, mode, autoaccept, reasoning, tuple(attachments or ()), steer=steer,
-                                command=command, arguments=arguments, agent=agent)
+                                command=command, arguments=arguments, agent=agent, maxcost=maxcost, allow=allow)
         return await self.prompts.send(sessionid, request)
 
     async def unqueue(self, sessionid: str, messageid: str) -> str:

@@ -31,13 +31,14 @@ class Settings:
         self.config_layer = settings.defaults(config, runner.DEFAULT_TIMEOUT_S, bash.OUTPUT_CAP_BYTES)
 
     async def read(self, projectid: str | None = None, sessionid: str | None = None) -> dict[str, dict[str, Any]]:
-        """`{key: {value, source, description, type, min, max, nullable}}`. Raises NotFound."""
+        """`{key: {value, source, description, type, min, max, nullable, none?}}`. Raises NotFound."""
         projectid = await self._scope_ids(projectid, sessionid)
         layers = {"config": self.config_layer, **await self.store.settings_layers(projectid, sessionid)}
         effective = settings.resolve(layers)
         return {key.name: effective[key.name] | {
             "description": key.description, "title": key.title, "type": TYPE_NAMES.get(key.kind, "number"),
-            "min": key.low, "max": key.high, "nullable": key.nullable} for key in settings.KEYS}
+            "min": key.low, "max": key.high, "nullable": key.nullable}
+                | ({"none": key.none} if key.nullable else {}) for key in settings.KEYS}
 
     async def values(self, projectid: str, sessionid: str) -> dict[str, Any]:
         """The values a run takes from the layers above config.ini; for the others the run's own

@@ -35,6 +35,7 @@ from totem.security.permissions import (
     LAYERS,
     MAX_PATTERN_CHARS,
     PATH,
+    RUN_LAYER,
     TEXT,
 )
 
@@ -44,8 +45,9 @@ ANY_TOOL = "*"
 MAX_ALWAYS_PATTERNS = 50  # one per simple command of a line that asked
 MAX_TOOL_CHARS = 100
 
+SAVED_LAYERS = tuple(layer for layer in LAYERS if layer != RUN_LAYER)  # a run's rules are never listed
 RULE = record({"id": maybe(STRING), "tool": STRING, "pattern": STRING, "action": choice(RULE_ACTIONS),
-               "layer": choice(LAYERS), "projectid": maybe(STRING), "removable": BOOLEAN},
+               "layer": choice(SAVED_LAYERS), "projectid": maybe(STRING), "removable": BOOLEAN},
               {"source": STRING,
                "described": STRING | {"description": "an MCP server's start: what the rule covers, in words"}},
               "a rule; only a saved one (removable) has an id")

@@ -12,6 +12,7 @@ from totem.http.api.contract import (
     ID,
     ID_ANSWER,
     INTEGER,
+    NUMBER,
     STRING,
     TIME_MS,
     body,
@@ -25,7 +26,7 @@ from totem.http.api.contract import (
     text,
     variants,
 )
-from totem.http.api.sessions import MAX_NAME_CHARS, MAX_PROMPT_CHARS, MODEL
+from totem.http.api.sessions import MAX_NAME_CHARS, MAX_PROMPT_CHARS, MAXCOST, MODEL
 from totem.services.schedules import DEFAULT_MODE, KINDS, MAX_INTERVAL_MINUTES, MIN_INTERVAL_MINUTES, TIME_PATTERN
 from totem.services.sessions import MODES
 
@@ -34,7 +35,7 @@ LIST_QUERY = query({"projectid": ID})
 SCHEDULE = record({
     "id": STRING, "projectid": STRING, "name": STRING, "prompt": STRING, "model": STRING, "kind": choice(KINDS),
     "interval": maybe(INTEGER), "time": maybe(STRING), "mode": choice(MODES), "autoaccept": BOOLEAN,
-    "enabled": BOOLEAN, "next": maybe(TIME_MS),
+    "maxcost": maybe(NUMBER), "enabled": BOOLEAN, "next": maybe(TIME_MS),
     "last": maybe(record({"status": STRING}, {"time": TIME_MS, "sessionid": maybe(STRING), "note": maybe(STRING)})),
     "timezone": STRING, "created": TIME_MS, "updated": TIME_MS})
 INTERVAL = integer(MIN_INTERVAL_MINUTES, MAX_INTERVAL_MINUTES, "minutes between runs")
@@ -42,6 +43,8 @@ TIME = patterned(f"^({TIME_PATTERN.pattern})$", "HH:MM, 00:00 to 23:59, in the s
 FIELDS = {"projectid": ID, "name": text(MAX_NAME_CHARS), "prompt": text(MAX_PROMPT_CHARS), "model": MODEL}
 OPTIONS = {"id": ID | {"description": "the schedule to change (a new one when absent)"},
            "mode": choice(MODES, f"{DEFAULT_MODE} when absent"), "autoaccept": BOOLEAN,
+           "maxcost": MAXCOST | {"description": "US dollars each run may spend (over the maxcost setting); "
+                                                "none when absent"},
            "enabled": BOOLEAN | {"description": "true when absent"}}
 SAVE_BODY = variants("kind", {
     "interval": body(FIELDS | {"interval": INTERVAL}, OPTIONS | {"time": TIME}),
@@ -68,6 +71,7 @@ async def save_schedule(ctx: Context) -> dict[str, Any]:
         "time": body.text("time"),
         "mode": body.value("mode", DEFAULT_MODE),
         "autoaccept": body.value("autoaccept", False),
+        "maxcost": body.value("maxcost"),
         "enabled": body.value("enabled", True),
     }
     scheduleid = body.text("id")

@@ -13,6 +13,7 @@ import binascii
 import time
 from typing import Any, cast
 
+from totem.config import MAX_COST_USD
 from totem.http.api import Action, Context, success
 from totem.http.api.contract import (
     ANY,
@@ -33,9 +34,11 @@ from totem.http.api.contract import (
     record,
     text,
 )
+from totem.http.api.permissions import MAX_TOOL_CHARS
 from totem.http.api.projects import GIT_FILE, GIT_STATE
 from totem.http.httpd import Response, large_json_response
 from totem.rows import SessionRow
+from totem.security.permissions import MAX_PATTERN_CHARS
 from totem.services.sessions import (
     DEFAULT_SESSION_NAME,
     DEFAULT_SESSION_PAGE,
@@ -246,6 +249,8 @@ async def _attachments(raw: list[dict[str, str]] | None) -> tuple[list[tuple[str
     return files, problems
 
 
+MAX_RUN_RULES = 32  # allow rules one prompt may bring for its run
+MAXCOST = {"type": "number", "minimum": 0, "maximum": MAX_COST_USD}
 MODEL = text(MAX_MODEL_CHARS, description="a model reference, <providerid>/<model> (Providers|catalog)")
 PROMPT_BODY = body(optional={
     "text": text(MAX_PROMPT_CHARS, empty=True, description="the prompt (or a command, or files)"),
@@ -253,7 +258,13 @@ PROMPT_BODY = body(optional={
     "attachments": ATTACHMENTS, "steer": BOOLEAN | {"description": "during a run: read at its next step"},
     "command": text(MAX_FILE_NAME_CHARS, description="a project command, in place of text"),
     "arguments": text(MAX_ARGUMENTS_CHARS, empty=True, description="the text the command takes"),
-    "agent": text(MAX_FILE_NAME_CHARS, description="a project agent for this prompt")})
+    "agent": text(MAX_FILE_NAME_CHARS, description="a project agent for this prompt"),
+    "maxcost": MAXCOST | {"description": "US dollars this prompt's run may spend before it stops (over the "
+                                         "maxcost setting)"},
+    "allow": {"type": "array", "maxItems": MAX_RUN_RULES, "description": "allow rules of this prompt's run alone "
+              "(its sub-agents too), never stored: the layer run of the decision",
+              "items": body({"tool": text(MAX_TOOL_CHARS, description="a name of Permissions|tools, or *"),
+                             "pattern": text(MAX_PATTERN_CHARS, description="what the rule allows")})}})
 PROMPTED = record({"messageid": STRING}, {"queued": BOOLEAN, "steered": BOOLEAN},
                   "the prompt's message; queued: it waits for the current run, steered: the run reads it")
 
@@ -270,12 +281,14 @@ async def prompt_session(ctx: Context) -> dict[str, Any]:
     mode = body.value("mode")
     reasoning = body.value("reasoning")
     steer = bool(body.value("steer", False))
+    maxcost = body.value("maxcost")
+    allow = tuple((rule["tool"], rule["pattern"]) for rule in body.value("allow") or ())
     files, problems = await _attachments(body.take("attachments"))
     body.errors.extend(problems)
     body.done()
     return await ctx.services.sessions.send(ctx.id, text, model=model, mode=mode, autoaccept=autoaccept,
                                             reasoning=reasoning, attachments=files, steer=steer, command=command,
-                                            arguments=arguments, agent=agent)
+                                            arguments=arguments, agent=agent, maxcost=maxcost, allow=allow)
 
 
 UNQUEUE_BODY = body({"messageid": ID})

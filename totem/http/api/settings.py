@@ -13,7 +13,8 @@ from totem.services.settings import SCOPES, TYPE_NAMES
 READ_QUERY = query(optional={"projectid": ID, "sessionid": ID})
 VALUES = mapping(record({"value": ANY, "source": choice(("config", *SCOPES)), "description": STRING, "title": STRING,
                          "type": choice(sorted({*TYPE_NAMES.values(), "number"})), "min": maybe(NUMBER),
-                         "max": maybe(NUMBER), "nullable": BOOLEAN}),
+                         "max": maybe(NUMBER), "nullable": BOOLEAN},
+                        {"none": STRING | {"description": "what an empty value (null) means, when it is one"}}),
                  "the effective value of each key at that level, and where it comes from")
 SAVE_BODY = body({"scope": choice(SCOPES), "key": choice([key.name for key in settings.KEYS])}, {
     "value": ANY | {"description": "of the key's type and range (Settings|read says them); required unless clear"},
