@@ -409,6 +409,22 @@ class CliScriptTest(CliCase):
         self.assertEqual(sent, ["one", "two", "three"])
         self.assertEqual(len(self.model.requests[1].body["messages"]), 4)  # system, one, first, two
 
+    async def test_a_new_session_of_a_project_without_one_takes_the_model_of_config_ini(self):
+        """config.ini's `model` when nothing else names one (without it the same run exits 1:
+        test_continue_and_the_default_model); the project's latest session's model comes first."""
+        config = os.path.join(self.tmp, "with-model.ini")
+        with open(config, "w") as handle:
+            handle.write(f"[totem]\nmodel = {self.modelref}\n")
+        self.model.script(reply("from config"), reply("from the latest session"))
+        first = await self.json_run("--config", config, "one")
+        self.assertEqual((first["text"], first["status"]), ("from config", "done"))
+        self.assertEqual((await self.api("sessions_read", ident=first["sessionid"]))["model"], self.modelref)
+        with open(config, "w") as handle:
+            handle.write("[totem]\nmodel = nosuch/model\n")
+        second = await self.json_run("--config", config, "two")
+        self.assertNotEqual(second["sessionid"], first["sessionid"])
+        self.assertEqual(second["text"], "from the latest session")
+
     async def test_session_prompts_that_session(self):
         """--session ID prompts that session (with its model); an unknown one exits 1, saying so."""
         self.model.script(reply("first"), reply("again"))

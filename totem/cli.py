@@ -90,7 +90,8 @@ def parser() -> argparse.ArgumentParser:
                        help="prompt the project's most recently changed session")
     which.add_argument("--new", action="store_true", help="a new session (the default)")
     p.add_argument("--model", help="the model, as <providerid>/<model> (default: the session's, or for a new "
-                                   "session the model of the project's latest session that has one)")
+                                   "session the model of the project's latest session that has one, else the "
+                                   "model of config.ini)")
     p.add_argument("--models", action="store_true", help="list the model references the server offers, and exit")
     p.add_argument("--file", action="append", default=[], metavar="PATH",
                    help="attach a file to the prompt (repeatable)")
@@ -384,6 +385,7 @@ async def _run(args, stop: Stop) -> int:
     except ConfigError as exc:
         print(f"totem run: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    args.config_model = config.model if config is not None else ""
     try:
         client = Client(server_url(args, config), read_token(args, config))
     except ClientError as exc:
@@ -429,8 +431,9 @@ async def _open_session(client: Client, args) -> tuple[str, str | None]:
         raise ClientError(f"--continue: the project {project['path']} has no session yet")
     if args.resume:
         return recent[0]["id"], args.model
-    # A new session has no model of its own: the project's latest one that has one.
-    model = args.model or next((session["model"] for session in recent if session.get("model")), None)
+    # A new session has no model of its own: the project's latest one that has one, else config.ini's.
+    model = args.model or next((session["model"] for session in recent if session.get("model")),
+                               args.config_model or None)
     return (await client.call("sessions_create", {"projectid": project["id"]}))["id"], model
 
 

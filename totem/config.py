@@ -205,6 +205,8 @@ KEYS = (
     Key("sendbudgetmb", _int_range(1, 1 << 16), "64"),
     Key("maxconnections", _int_range(1, 100_000), "512"),
     Key("steps", _int_range(1, 1000), "50"),
+    # The model of `totem run` when no flag, session or earlier session of the project names one.
+    Key("model", _parse_text, ""),
     # US dollars one run may spend (its sub-agents with it) before it stops; a setting too.
     Key("maxcost", _parse_cost, ""),
     Key("snapshotmb", _int_range(16, 1 << 20), "1024"),
@@ -253,6 +255,7 @@ class Config:
     sendbudgetmb: int
     maxconnections: int
     steps: int
+    model: str
     maxcost: float | None
     snapshotmb: int
     sandbox: str
