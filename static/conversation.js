@@ -374,6 +374,7 @@ export class Conversation {
         queued ? h('span', { className: 'queued-note', title: 'Sent while a run goes on: it runs when that one ends' }, 'queued') : null,
         data.steer ? h('span', { className: 'steer-note', title: 'Sent into the running step: the agent read it at its next step' }, 'steered') : null)
         : null,
+      message.role === 'assistant' && Array.isArray(data.instructions) ? instructionsNote(data.instructions) : null,
       data.compaction ? h('div', { className: 'compaction-note', title: 'The requests go on from this summary and your last message' },
         'Summary of the conversation so far') : null,
       message.reverted ? h('div', { className: 'undone-note', title: 'Taken back by an undo: Redo puts it back, a new prompt removes it' }, 'undone') : null,
@@ -486,6 +487,14 @@ function decisionText(decision) {
   return reason ? `${verb}: ${reason}` : `${verb} by ${decision.by === 'rule' ? 'a rule' : 'Totem'}`;
 }
 
+// Which instruction files (AGENTS.md, CLAUDE.md, the person's own) the model was given here.
+function instructionsNote(sources) {
+  const named = (sources ?? []).filter((source) => typeof source === 'string' && source);
+  if (!named.length) return null;
+  return h('div', { className: 'instructions-note muted', title: 'Given to the model with this, as instructions' },
+    `Instructions read: ${named.join(', ')}`);
+}
+
 function renderTool(view, { onOpenChange, sessionHref } = {}) {
   const { part } = view;
   const data = part.data || {};
@@ -509,6 +518,7 @@ function renderTool(view, { onOpenChange, sessionHref } = {}) {
   const job = data.result?.background && typeof data.result.job === 'string' ? data.result.job : null;
   view.jobNote = job ? h('div', { className: 'tool-job', dataset: { job } }) : null;
   view.element = h('div', { className: `part tool status-${status}` }, view.details, note, view.jobNote,
+    instructionsNote(Array.isArray(data.instructions) ? data.instructions.map((item) => item?.source) : null),
     changedFiles(data.changed, onOpenChange),
     data.tool === 'task' ? subAgentLink(data.sessionid, sessionHref) : null);
 }

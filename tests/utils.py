@@ -32,7 +32,8 @@ async def running_totem(tmpdir: str, rules: dict | None = None, **settings):
 
     `rules` is the [rules] section of the configuration (NAME -> "ACTION TOOL PATTERN"). Without
     a `token` setting the server has none (`token = none`): tests of the sign-in give one."""
-    raw = {"listen": "127.0.0.1", "port": "0", "data": os.path.join(tmpdir, "data"), "token": "none"}
+    raw = {"listen": "127.0.0.1", "port": "0", "data": os.path.join(tmpdir, "data"), "token": "none",
+           "instructions": os.path.join(tmpdir, "personal", "AGENTS.md")}  # never the tester's own
     raw.update({key: str(value) for key, value in settings.items()})
     app = App(parse_values(raw, tmpdir, rules))
     await app.start()

@@ -99,6 +99,11 @@ def _parse_text(text: str) -> str:
     return text.strip()
 
 
+def _parse_file(text: str) -> str:
+    """A file's path (`~` for the home folder), or empty for none."""
+    return os.path.expanduser(text.strip()) if text.strip() else ""
+
+
 MAX_COST_USD = 1_000_000
 
 
@@ -205,6 +210,8 @@ KEYS = (
     Key("sendbudgetmb", _int_range(1, 1 << 16), "64"),
     Key("maxconnections", _int_range(1, 100_000), "512"),
     Key("steps", _int_range(1, 1000), "50"),
+    # The person's own instructions, given to every run of every project (empty: none).
+    Key("instructions", _parse_file, "~/.config/totem/AGENTS.md"),
     # The model of `totem run` when no flag, session or earlier session of the project names one.
     Key("model", _parse_text, ""),
     # US dollars one run may spend (its sub-agents with it) before it stops; a setting too.
@@ -255,6 +262,7 @@ class Config:
     sendbudgetmb: int
     maxconnections: int
     steps: int
+    instructions: str
     model: str
     maxcost: float | None
     snapshotmb: int

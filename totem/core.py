@@ -72,7 +72,7 @@ class Core:
         forge_mcp = forge_definition(config.forgeurl) if config.forgemcp and config.forge else None
         rules = SavedRules(store, config.rules)  # read and written by the gate and by Permissions
         around = Surroundings(rules, self.jobs, provider_service.scrubber, self.snapshots, self.mcp_clients,
-                              ForgeDocs(config.data, config.forgeurl), forge_mcp, sandbox)
+                              ForgeDocs(config.data, config.forgeurl), forge_mcp, sandbox, config.instructions)
         self.runs = Runs(store, hub, self.providers, assemble(store, hub, default_registry(), around), config.steps)
         self.terminals = Terminals(hub, provider_service.scrubber, config.terminalshell)
         settings = Settings(store, config)

@@ -102,9 +102,10 @@ def test_envelope_marker_shape():
 def test_system_message_names_the_marker(tmp_path):
     """The system prompt describes the envelope with this run's marker."""
     template = "root {root}; data in <data-{marker} ...> ... </data-{marker}>"
-    message = asyncio.run(system_message(template, str(tmp_path), MARKER))
+    message, sources = asyncio.run(system_message(template, str(tmp_path), MARKER))
     assert message == {"role": "system",
                        "content": f"root {tmp_path}; data in <data-{MARKER} ...> ... </data-{MARKER}>"}
+    assert sources == []
 
 
 class EnvelopeLoopTest(LoopCase):

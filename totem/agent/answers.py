@@ -60,7 +60,8 @@ class Answers:
 
     async def stream(self, sessionid: str, model: str, target, body: dict, marks: dict | None = None,
                      prompt: str | None = None, review: Review | None = None, encoder=None,
-                     opening: dict | None = None, budget=None) -> tuple[list[ToolCall], dict[str, OpenPart]]:
+                     opening: dict | None = None, budget=None,
+                     notes: dict | None = None) -> tuple[list[ToolCall], dict[str, OpenPart]]:
         """Stream one answer into parts; returns its tool calls and the part of each. `marks`
         go into the data of the finished message (`compaction`), `opening` into the data of the
         message until it is finished (kept when it fails: `compacting`); `prompt`, the id of the user
@@ -68,13 +69,14 @@ class Answers:
         self-checked answer), the text is held until the answer ends, then stored and published
         whole, followed by a `validation` part when the review found problems; reasoning and
         tool calls stream as ever. `encoder` (bodies.BodyEncoder) is the run's, which keeps the
-        JSON of the messages of its last request. `budget` (run.Budget) counts the answer's cost.
+        JSON of the messages of its last request. `budget` (run.Budget) counts the answer's cost;
+        `notes` go into the message's data from its start, failed or not (`instructions`).
 
         Raises ProviderError (a failed or refused answer: its parts are closed as error), and
         CancelledError on abort (closed as aborted).
         """
         started = now_ms()
-        answering = {"prompt": prompt} if prompt else {}
+        answering = ({"prompt": prompt} if prompt else {}) | (notes or {})
         message = await self.store.add_message(sessionid, "assistant", model=model,
                                                data=(answering | (opening or {})) or None)
         message["parts"] = []

@@ -50,6 +50,7 @@ class Surroundings:
     forge: ForgeDocs | None = None  # the Total.js documentation, for the Total.js review
     forge_mcp: ServerDefinition | None = None  # Forge's MCP server, offered to Total.js projects
     sandbox: Sandbox | None = None  # what a command's processes may reach
+    instructions: str = ""  # the person's own instructions file, for every project ("" for none)
 
 
 @dataclass(frozen=True)
@@ -87,5 +88,6 @@ def assemble(store: Store, hub, registry: Registry, around: Surroundings) -> Age
         *([ProjectTools(project_servers, lambda: calls.registry)] if project_servers is not None else []),
         *([TotalJsReview(knowledge)] if knowledge is not None else []),
         compaction)
+    requests = Requests(store, load_prompt("system.txt"), hooks, around.instructions)
     return AgentParts(questions, recorder, gate, calls, answers, project_servers, knowledge, compaction, hooks,
-                      Requests(store, load_prompt("system.txt"), hooks), RunEnding(store, recorder))
+                      requests, RunEnding(store, recorder))

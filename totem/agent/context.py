@@ -5,8 +5,10 @@ shape; each kind's adapter reshapes them for its wire) in the order they entered
 conversation; fitting them into the model's window (pruning, cutting, the compaction request);
 the attachments of a run encoded once; and the envelope that marks tool results and
 attachments as untrusted data: its tags carry a random marker of the session, which the data
-cannot contain (every occurrence is removed), so no text can end the envelope or forge another. It reads AGENTS.md and
-attachments; it never calls a model or changes anything.
+cannot contain (every occurrence is removed), so no text can end the envelope or forge another;
+the instructions (instructions.py) a tool part carries follow its result, outside the envelope.
+It reads attachments (and, through instructions.py, instruction files); it never calls a model
+or changes anything.
 """
 
 from __future__ import annotations
@@ -20,11 +22,10 @@ import re
 import secrets
 from typing import Any
 
+from totem.agent.instructions import instructions_block, system_instructions
 from totem.rows import MessageRow
 
 PROMPTS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "prompts")
-AGENTS_FILE = "AGENTS.md"
-MAX_AGENTS_BYTES = 32 * 1024
 MAX_INLINE_ATTACHMENT_BYTES = 256 * 1024
 # An attachment this large is encoded on a thread, not on the event loop.
 ENCODE_THREAD_BYTES = 1024 * 1024
@@ -73,26 +74,18 @@ def envelope(source: str, text: str, marker: str) -> str:
             f'</data-{marker}>')
 
 
-def _read_agents(root: str) -> str | None:
-    path = os.path.join(root, AGENTS_FILE)
-    try:
-        with open(path, "rb") as handle:
-            raw = handle.read(MAX_AGENTS_BYTES + 1)
-    except OSError:
-        return None
-    text = raw[:MAX_AGENTS_BYTES].decode("utf-8", "replace")
-    return text + ("\n[AGENTS.md cut at 32 KB]" if len(raw) > MAX_AGENTS_BYTES else "")
-
-
-async def system_message(template: str, root: str, marker: str) -> dict:
-    """The system prompt with the run's envelope marker and the project's AGENTS.md as its
-    instructions, when there is one."""
+async def system_message(template: str, root: str, marker: str, personal: str = "") -> tuple[dict, list[str]]:
+    """The system prompt with the run's envelope marker and the instructions of the person
+    (`personal`, a file: "" for none) and of the project's root (instructions.py), and the
+    sources it carries."""
     text = template.replace("{marker}", marker).replace("{root}", root)
-    agents = await asyncio.to_thread(_read_agents, root)
-    if agents:
-        text += ("\n\nProject instructions (AGENTS.md, written by the project's developers):\n"
-                 + agents)
-    return {"role": "system", "content": text}
+    own, project = await asyncio.to_thread(system_instructions, root, personal)
+    if own is not None:
+        text += f"\n\nThe person's own instructions ({own['source']}, for every project):\n{own['text']}"
+    if project is not None:
+        text += (f"\n\nProject instructions ({project['source']}, written by the project's developers):\n"
+                 + project["text"])
+    return {"role": "system", "content": text}, [item["source"] for item in (own, project) if item is not None]
 
 
 class RunAttachments:
@@ -211,8 +204,10 @@ def assistant_messages(message: MessageRow, marker: str) -> list[dict]:
         output = part["data"].get("output")
         if output is None:
             output = part["data"].get("error") or f"the call ended with status {part['status']}"
+        given = part["data"].get("instructions")
         result.append({"role": "tool", "tool_call_id": part["data"]["callid"],
-                       "content": envelope(f"tool {part['data']['tool']}", output, marker)})
+                       "content": envelope(f"tool {part['data']['tool']}", output, marker)
+                       + (instructions_block(given) if isinstance(given, list) and given else "")})
     return result
 
 

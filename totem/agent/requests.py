@@ -27,9 +27,10 @@ class ConversationTooLong(ProviderError):
 class Requests:
     """Builds each step's request body from the store and the run's history cache."""
 
-    def __init__(self, store: Store, system_template: str, hooks: Sequence[StepHook]):
+    def __init__(self, store: Store, system_template: str, hooks: Sequence[StepHook], personal: str = ""):
         self.store = store
         self.system_template = system_template
+        self.personal = personal  # the person's own instructions file ("" for none)
         self.hooks = hooks
 
     async def body(self, run: Run, target: Any, registry: Registry) -> dict[str, Any]:
@@ -89,7 +90,8 @@ class Requests:
             history.marker = await self.store.session_marker(request.sessionid, new_marker())
         attachments = await history.attachments.by_message(self.store, history.messages, history.marker)
         if history.system is None:
-            history.system = await system_message(self.system_template, request.asker.root, history.marker)
+            history.system, history.instructions = await system_message(
+                self.system_template, request.asker.root, history.marker, self.personal)
             if request.prompt.instructions:  # the prompt's agent (project_commands.py)
                 history.system = history.system | {"content": history.system["content"]
                                                    + request.prompt.instructions}

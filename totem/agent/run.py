@@ -82,6 +82,9 @@ class History:
     sizes: Sizes = field(default_factory=Sizes)  # the JSON size of each chat message counted
     encoder: BodyEncoder = field(default_factory=BodyEncoder)  # the JSON of the last request's messages
     attachments: RunAttachments = field(default_factory=RunAttachments)  # encoded once per run
+    instructions: list[str] = field(default_factory=list)  # the sources of the system prompt's instructions
+    given: set[str] = field(default_factory=set)  # the nested instructions given with a call's result
+    announced: bool = False  # the run's first answer named `instructions`
 
 
 @dataclass

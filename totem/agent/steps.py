@@ -15,6 +15,7 @@ import json
 
 from totem.agent.assembly import AgentParts
 from totem.agent.context import estimated_tokens
+from totem.agent.instructions import nested
 from totem.agent.provider_errors import KIND_CONTEXT_LENGTH, ProviderError, stated_window
 from totem.agent.providers import redact
 from totem.agent.recorder import OpenPart
@@ -70,8 +71,23 @@ class Steps:
                         return
                     repeats = []
                 await self.parts.calls.run(request.asker, parts[call.id], call, request.limits, run.tools)
+                await self._nested_instructions(run, parts[call.id])
         raise StepLimitReached(f"The run stopped after {steps} model calls (the step limit); "
                                "send a prompt to go on.")
+
+    async def _nested_instructions(self, run: Run, open_part: OpenPart) -> None:
+        """The instructions nearest above the files a read or an edit touched that this run has
+        not given yet, kept with the call's part: they follow its result (context.py)."""
+        data = open_part.data
+        kind = self.parts.calls.registry.kinds().get(data.get("tool", ""))
+        ran = "output" in data and "error" not in data  # closed done (a refused or failed call reads nothing)
+        if not ran or kind is None or not (kind.edits or data.get("tool") == "read"):
+            return
+        found = await asyncio.to_thread(nested, run.request.asker.root, data.get("subjects") or [], run.history.given)
+        if found:
+            run.history.given.update(item["source"] for item in found)
+            data["instructions"] = found
+            await self.parts.recorder.update(open_part, "done")
 
     async def answer(self, run: Run, target) -> tuple[list[ToolCall], dict[str, OpenPart]]:
         """One model answer streamed into parts, retried on a passing provider error."""
@@ -81,9 +97,13 @@ class Steps:
             body: dict | None = None
             try:
                 body = await self.parts.requests.body(run, target, self.parts.calls.registry)
+                history = run.history
+                # The run's first answer names the instructions its system prompt carries.
+                notes = {"instructions": history.instructions} if history.instructions and not history.announced else {}
+                history.announced = True
                 return await self.parts.answers.stream(run.request.sessionid, run.request.prompt.model, target,
                                                        body, prompt=run.messageid, review=run.review,
-                                                       encoder=run.history.encoder, budget=run.budget)
+                                                       encoder=history.encoder, budget=run.budget, notes=notes)
             except ProviderError as exc:
                 if isinstance(exc, ConversationTooLong):
                     raise
