@@ -16,7 +16,13 @@ Figures, at steps 1, 50 and 200 (step N: the N-th answer with a tool call):
   and sending the request; a compaction request when one comes next). This is the time the
   server spends between the model's final chunk of step N and its request N+1, on loopback;
 - over the whole session: the median and the largest of that time, the number of compactions,
-  the largest request, and the session's token totals and cost as Sessions|read sums them.
+  the largest request, and the session's token totals and cost as Sessions|read sums them;
+- the prefix a provider's prompt cache could reuse: of the bytes of each step's request, the
+  share that repeats the previous request's leading bytes (its tools, then its messages one by
+  one: a cache matches whole leading pieces), and the breaks (a request that does not start with
+  the whole previous one), within the 200-step run and across 20 prompts of one session (32K
+  window), for the request format of each kind of provider (the same conversation reshaped by
+  each kind's `request_body`).
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ if ROOT not in sys.path:
 
 from tests.model_server import MODEL_ID, reply
 from totem.agent.context import estimated_tokens
+from totem.agent.kinds import KINDS, ProviderTarget
 
 WINDOW = 8192
 STEPS = 200
@@ -50,6 +57,10 @@ WIDE_WINDOW = 4_000_000  # holds every step of the wide session: nothing is prun
 WIDE_STEPS = 200
 WIDE_READ_LINES = 230  # about 16 KB with the line numbers
 PROMPT = "Walk through big.txt and the counts, a part at a time, and tell me what you find."
+PROMPTS = 20  # of the session whose prompts are compared
+PROMPT_STEPS = 6  # tool steps of each of them
+PROMPTS_WINDOW = 32768
+PREFIX_TARGET = 0.95
 
 
 class LongModel(TimedModel):
@@ -80,6 +91,57 @@ def is_chat(request) -> bool:
 def is_step(request) -> bool:
     """A request of a step (with the tools), not a compaction (Totem asks for those without)."""
     return bool((request.body or {}).get("tools"))
+
+
+def pieces(body: dict) -> list[bytes]:
+    """A request as a prompt cache reads it, in order: its tools, a top-level system prompt (the
+    Anthropic form), then each message."""
+    encode = lambda value: json.dumps(value, ensure_ascii=False, sort_keys=True).encode()  # noqa: E731
+    return ([encode(body["tools"])] if body.get("tools") else []) + (
+        [encode(body["system"])] if body.get("system") else []) + [encode(m) for m in body.get("messages") or []]
+
+
+def prefix_figures(bodies: list[dict]) -> tuple[float, int]:
+    """(the share of the bytes of requests 2..N that repeat the previous request's leading
+    pieces, the number of requests that do not start with the whole previous one)."""
+    shared = total = breaks = 0
+    previous: list[bytes] = []
+    for number, body in enumerate(bodies):
+        current = pieces(body)
+        common = 0
+        while common < min(len(previous), len(current)) and previous[common] == current[common]:
+            common += 1
+        if number:
+            shared += sum(len(piece) for piece in current[:common])
+            total += sum(len(piece) for piece in current)
+            breaks += common < len(previous)
+        previous = current
+    return (shared / total if total else 1.0), breaks
+
+
+def reshaped(bodies: list[dict]) -> dict[str, list[dict]]:
+    """The same requests in the body format of each kind of provider (one per distinct format)."""
+    formats: dict[str, list[dict]] = {}
+    seen: set = set()
+    for kind in KINDS.values():
+        if type(kind).request_body in seen:  # kinds that share a format are measured once
+            continue
+        seen.add(type(kind).request_body)
+        target = ProviderTarget("bench", kind.chat_url("http://127.0.0.1:1"), MODEL_ID, kind, None, WINDOW)
+        name = type(kind).request_body.__qualname__.split(".")[0]
+        formats[name] = [kind.request_body(target, body["messages"], body.get("tools") or [], None) for body in bodies]
+    return formats
+
+
+def prefix_rows(label: str, bodies: list[dict], target: bool = True) -> list[tuple]:
+    """The prefix figures of `bodies` in each request format; with `target`, against PREFIX_TARGET."""
+    rows = []
+    for name, shaped in reshaped(bodies).items():
+        share, breaks = prefix_figures(shaped)
+        rows += [(f"{label}: request bytes that repeat the previous prefix ({name} format)", share * 100, "%",
+                  f">= {PREFIX_TARGET:.0%}" if target else "", (share >= PREFIX_TARGET) if target else None),
+                 (f"{label}: prefix breaks ({name} format)", breaks, f"of {len(bodies) - 1}", "", None)]
+    return rows
 
 
 def steps_script() -> list:
@@ -147,7 +209,35 @@ async def measure(port: int, project_dir: str) -> list[tuple]:
              ("long session: tokens summed by Sessions|read (scripted usage)", totals["input"] + totals["output"],
               "tokens", "", None),
              ("long session: cost summed by Sessions|read", totals.get("cost", "n/a"), "USD", "", None)]
+    # Informative: in an 8K window each step's output is a tenth of the room, so old ones must go
+    # every few steps, and each time the prefix breaks.
+    rows += prefix_rows(f"long session, {STEPS} steps in {WINDOW:,}", [chats[index].body for index in steps],
+                        target=False)
     return rows
+
+
+async def measure_prompts(port: int, project_dir: str) -> list[tuple]:
+    """PROMPTS prompts of PROMPT_STEPS reads each in one session with a 32K window: the prefix
+    across the steps of every prompt, and from each prompt's last request to the next one's first."""
+    async with LongModel() as model:
+        provider, project = await provider_and_project(port, model, PROMPTS_WINDOW, "Prompts", project_dir)
+        async with ws_connect(f"ws://{HOST}:{port}/ws/", compression=None, open_timeout=API_TIMEOUT_S) as ws:
+            bench = Bench(port, model, ws, project, f"{provider['id']}/{MODEL_ID}")
+            sessionid = await bench.new_session()
+            first = len(model.requests)
+            starts = []
+            for prompt in range(PROMPTS):
+                starts.append(len([r for r in model.requests[first:] if is_chat(r) and is_step(r)]))
+                script = [reply(f"p{prompt} s{step}", tool_calls=[("read", {
+                    "path": "big.txt", "offset": (prompt * PROMPT_STEPS + step) * 30 % 1900 + 1, "limit": 30})],
+                    max_piece=WHOLE) for step in range(PROMPT_STEPS)]
+                await bench.run(sessionid, *script, reply(f"prompt {prompt} done", max_piece=WHOLE))
+    bodies = [request.body for request in model.requests[first:] if is_chat(request) and is_step(request)]
+    pairs = [prefix_figures([bodies[index - 1], bodies[index]]) for index in starts[1:]]
+    share, breaks = statistics.mean(share for share, _ in pairs), sum(broken for _, broken in pairs)
+    return prefix_rows(f"{PROMPTS} prompts of a session, {PROMPTS_WINDOW:,} window", bodies) + [
+        (f"{PROMPTS} prompts: next prompt's first request repeats the last one's prefix", share * 100, "%", "", None),
+        (f"{PROMPTS} prompts: breaks between prompts", breaks, f"of {PROMPTS - 1}", "", None)]
 
 
 async def measure_wide(port: int, project_dir: str) -> list[tuple]:
@@ -189,6 +279,7 @@ def main() -> list[tuple]:
             handle.writelines(f"line {n} " + "z" * 60 + "\n" for n in range(1, FILE_LINES + 1))
         folder = os.path.realpath(project_dir)
         return measured_on_server(lambda server: measure(server.port, folder),
+                                  lambda server: measure_prompts(server.port, folder),
                                   lambda server: measure_wide(server.port, folder))
 
 

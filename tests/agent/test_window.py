@@ -16,6 +16,7 @@ from totem.agent.context import (
     COMPACTED_INTRO,
     COMPACTION_INSTRUCTIONS,
     KEPT_STEPS,
+    PRUNE_BATCH_SHARE,
     WINDOW_SHARE,
     ContextFull,
     conversation_order,
@@ -249,3 +250,24 @@ class CompactionTest(WindowCase):
     async def wait_idle(self):
         await asyncio.sleep(5 * MS)
         await run_ended(self.app, self.session["id"])
+
+
+def test_old_outputs_are_pruned_in_batches_that_keep_the_prefix():
+    """As a conversation grows step by step past its window, what is pruned only grows, and it
+    changes in batches (the grid of PRUNE_BATCH_SHARE), not at every step: each request repeats
+    the previous one's bytes up to the newest step far more often than not. Control: pruning
+    one output at a time (no grid) breaks the prefix at nearly every step."""
+    def pruned_sets(batch_share: float) -> list[frozenset[int]]:
+        sets = []
+        for steps in range(10, 120):
+            fitted, _pruned = fit_window(conversation(steps, 1500), TOOLS, 16_000, batch_share=batch_share)
+            sets.append(frozenset(i for i, m in enumerate(fitted) if "removed to fit" in str(m.get("content"))))
+        return sets
+
+    def changes(sets: list[frozenset[int]]) -> int:
+        return sum(1 for earlier, later in zip(sets, sets[1:], strict=False) if earlier != later)
+
+    batched = pruned_sets(PRUNE_BATCH_SHARE)
+    assert all(earlier <= later for earlier, later in zip(batched, batched[1:], strict=False))
+    assert 0 < changes(batched) <= len(batched) // 3, changes(batched)
+    assert changes(pruned_sets(0.0)) > changes(batched) * 3

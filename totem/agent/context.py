@@ -304,6 +304,12 @@ IMAGE_TOKENS = 1600
 # The tool results of this many latest assistant steps are never pruned: the model is using them.
 KEPT_STEPS = 2
 PRUNED_NOTE = "[{tool} output ({size} chars) removed to fit the context window; call {tool} again if needed]"
+# Old outputs are pruned in batches: up to the next line of a grid of this share of the budget
+# (the tokens they free, added oldest first), not just one more at each step. A provider's prompt
+# cache reuses a request's prefix only while it stays the same bytes; the grid, fixed by the
+# window, puts the boundary in the same place at every step and in every run of the session
+# until the conversation has grown by about that much again.
+PRUNE_BATCH_SHARE = 0.5
 # A latest output that alone takes more than this share of the request's budget is cut to fit
 # (its middle; at least MIN_CUT_KEEP_CHARS kept, with the envelope's tags) before the conversation
 # is compacted; smaller ones stay whole, and compaction makes the room.
@@ -358,8 +364,8 @@ def _json_size(value) -> int:
     return len(str(value))
 
 
-def fit_window(messages: list[dict], tools: list[dict], window: int,
-               known: bool = True, sizes: Sizes | None = None) -> tuple[list[dict], int]:
+def fit_window(messages: list[dict], tools: list[dict], window: int, known: bool = True,
+               sizes: Sizes | None = None, batch_share: float = PRUNE_BATCH_SHARE) -> tuple[list[dict], int]:
     """`(messages, pruned)`: the request under WINDOW_SHARE of `window`. Old tool outputs (never
     the user's messages, never the latest KEPT_STEPS steps) are replaced by a note that says what
     was removed and how to get it again, oldest first; when that is not enough and the window is
@@ -375,23 +381,15 @@ def fit_window(messages: list[dict], tools: list[dict], window: int,
         return messages, 0
     steps = [index for index, message in enumerate(messages) if message.get("role") == "assistant"]
     protected_from = steps[-KEPT_STEPS] if len(steps) >= KEPT_STEPS else 0
-    names = {call["id"]: call["function"]["name"] for message in messages
-             for call in message.get("tool_calls") or ()}
+    names = tool_names(messages)
     fitted = list(messages)
     pruned = 0
-    for index in range(protected_from):
-        message = fitted[index]
-        if message.get("role") != "tool":
-            continue
-        content = message.get("content") or ""
-        note = PRUNED_NOTE.format(tool=names.get(message.get("tool_call_id"), "tool"), size=len(content))
-        if len(note) >= len(content):
-            continue
-        fitted[index] = dict(message) | {"content": note}
-        total -= int((len(content) - len(note)) / CHARS_PER_TOKEN)
+    for index, note in _pruned_batch(fitted, protected_from, names, total - budget, budget * batch_share):
+        total -= int((len(fitted[index]["content"]) - len(note)) / CHARS_PER_TOKEN)
+        fitted[index] = dict(fitted[index]) | {"content": note}
         pruned += 1
-        if total <= budget:
-            return fitted, pruned
+    if pruned and total <= budget:
+        return fitted, pruned
     total = estimated_tokens(fitted, tools)
     if total > budget and known:
         oversized = budget * OVERSIZED_SHARE * CHARS_PER_TOKEN
@@ -406,7 +404,7 @@ def fit_window(messages: list[dict], tools: list[dict], window: int,
                 # What is over, and room for the note: the rounding of the estimate may ask for a second cut.
                 keep = max(MIN_CUT_KEEP_CHARS, min(keep, len(content) - len(CUT_NOTE) - CUT_MARGIN_CHARS)
                            - int((total - budget) * CHARS_PER_TOKEN) - CUT_MARGIN_CHARS)
-                cut = cut_output(content, keep, names.get(fitted[index].get("tool_call_id"), "tool"))
+                cut = cut_output(content, keep, names.get(index, "tool"))
                 if len(cut) >= len(fitted[index]["content"]):
                     break  # too short to gain from a cut
                 fitted[index] = dict(fitted[index]) | {"content": cut}
@@ -421,6 +419,45 @@ def fit_window(messages: list[dict], tools: list[dict], window: int,
                       f"{window}-token window, even with {pruned} tool outputs removed or cut; load the "
                       "model with a bigger context window or choose one that has it, fork the session "
                       "from an earlier message, or start a new one")
+
+
+def tool_names(messages: list[dict]) -> dict[int, str]:
+    """The tool of each tool message, by its index: the call of the assistant message before it
+    with its id (ids are only unique within one answer: some servers number calls from 0 in
+    each, so a table of the whole conversation would name one call by another's tool)."""
+    names: dict[int, str] = {}
+    calls: dict[str, str] = {}
+    for index, message in enumerate(messages):
+        if message.get("role") == "assistant":
+            calls = {call["id"]: call["function"]["name"] for call in message.get("tool_calls") or ()}
+        elif message.get("role") == "tool":
+            names[index] = calls.get(str(message.get("tool_call_id")), "tool")
+    return names
+
+
+def _pruned_batch(messages: list[dict], before: int, names: dict[int, str], needed: float,
+                  grid: float) -> list[tuple[int, str]]:
+    """(index, note) of the old tool outputs to prune, oldest first: those that free `needed`
+    tokens, and then on to the next line of the grid of `grid` tokens (PRUNE_BATCH_SHARE), so
+    that the same history prunes the same outputs at every step; all of them when that is not
+    enough."""
+    chosen: list[tuple[int, str]] = []
+    freed = 0.0
+    for index in range(before):
+        message = messages[index]
+        content = message.get("content") if message.get("role") == "tool" else None
+        if not isinstance(content, str):
+            continue
+        note = PRUNED_NOTE.format(tool=names.get(index, "tool"), size=len(content))
+        if len(note) >= len(content):
+            continue
+        saving = (len(content) - len(note)) / CHARS_PER_TOKEN
+        crossed = int((freed + saving) // grid) > int(freed // grid) if grid > 0 else True
+        freed += saving
+        chosen.append((index, note))
+        if freed >= needed and crossed:
+            break
+    return chosen
 
 
 def cut_output(content: str, keep: int, tool: str) -> str:
