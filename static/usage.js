@@ -36,14 +36,22 @@ export function tokensText(tokens, data) {
   if (!tokens || typeof tokens.input !== 'number' || typeof tokens.output !== 'number') return null;
   const mark = tokens.estimated ? '~' : '';
   const cost = costOf(tokens, data);
-  return [`${mark}${formatTokens(tokens.input)} in`, `${mark}${formatTokens(tokens.output)} out`,
-    cost === null ? null : formatCost(cost)].filter(Boolean).join(' · ');
+  const cached = cachedShare(tokens);
+  return [`${mark}${formatTokens(tokens.input)} in${cached === null ? '' : ` (${cached}% cached)`}`,
+    `${mark}${formatTokens(tokens.output)} out`, cost === null ? null : formatCost(cost)].filter(Boolean).join(' · ');
+}
+
+// The share of the input that the provider's prompt cache served, in percent (null: none said).
+function cachedShare(tokens) {
+  return typeof tokens.cached === 'number' && tokens.cached > 0 && tokens.input > 0
+    ? Math.round((tokens.cached / tokens.input) * 100) : null;
 }
 
 function tokensTitle(tokens, data, what) {
   const cost = costOf(tokens, data);
   return `${what}: ${tokens.input.toLocaleString()} tokens in, ${tokens.output.toLocaleString()} out`
     + `${tokens.estimated ? ' (estimated from the length of the text: the provider gave no count)' : ''}`
+    + `${cachedShare(tokens) === null ? '' : `, ${tokens.cached.toLocaleString()} of them from the provider's prompt cache`}`
     + `${cost === null ? '' : `; ${formatCost(cost)} at the provider's prices`}`;
 }
 

@@ -222,7 +222,7 @@ class AvailableTest(ProvidersCase):
         models = await self.available(url=self.model.url, kind="openrouter", key=KEY)
         self.assertEqual(models, [
             model("qwen/qwen3-coder", "Qwen: Qwen3 Coder 480B A35B", 262144, tools=True, reasoning=False,
-                  price={"input": 0.22, "output": 0.95}),
+                  price={"input": 0.22, "output": 0.95, "cacheread": 0.022}),
             model("qwen/qwen3-coder:free", "Qwen: Qwen3 Coder 480B A35B (free)", 262000, tools=True,
                   reasoning=False, free=True, price={"input": 0.0, "output": 0.0}),
             model("deepseek/deepseek-r1-0528", "DeepSeek: R1 0528", 163840, tools=False, reasoning=True,
@@ -591,7 +591,7 @@ class PriceTest(ProvidersCase):
         saved = await self.save(name="OpenRouter", kind="openrouter", url=self.model.url, key=KEY)
         models = (await self.ask("providers_models")).json()
         self.assertEqual([(m["model"], m["price"]) for m in models],
-                         [("qwen/qwen3-coder", {"input": 0.22, "output": 0.95}),
+                         [("qwen/qwen3-coder", {"input": 0.22, "output": 0.95, "cacheread": 0.022}),
                           ("qwen/qwen3-coder:free", {"input": 0.0, "output": 0.0}),
                           ("deepseek/deepseek-r1-0528", {"input": 0.5, "output": 2.15})])
         target = await self.app.providers.target(f"{saved['id']}/deepseek/deepseek-r1-0528")
@@ -601,7 +601,7 @@ class PriceTest(ProvidersCase):
         await self.ask("providers_models")
         lists = len(self.requests_to("/v1/models"))
         target = await self.app.providers.target(f"{saved['id']}/qwen/qwen3-coder")
-        self.assertEqual((target.context, target.price), (262144, {"input": 0.22, "output": 0.95}))
+        self.assertEqual((target.context, target.price), (262144, {"input": 0.22, "output": 0.95, "cacheread": 0.022}))
         self.assertEqual(len(self.requests_to("/v1/models")), lists)  # no list is fetched for a target
 
     async def test_a_model_without_a_price_has_none(self):
@@ -640,7 +640,7 @@ def test_kinds_read_the_price_of_their_fixture():
     """The models fixtures of OpenRouter and Together, read by their kinds."""
     fetch = Fetch("http://127.0.0.1:1/v1", None, 1.0)
     openrouter = kind_named("openrouter").read_models(models_fixture("openrouter_api_v1_models"), fetch)
-    assert [m["price"] for m in openrouter] == [{"input": 0.22, "output": 0.95}, {"input": 0.0, "output": 0.0},
+    assert [m["price"] for m in openrouter] == [{"input": 0.22, "output": 0.95, "cacheread": 0.022}, {"input": 0.0, "output": 0.0},
                                                  {"input": 0.5, "output": 2.15}]
     together = kind_named("together").read_models(models_fixture("together_models"), fetch)
     assert [(m["id"], m["price"]) for m in together] == [("Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8",

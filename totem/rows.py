@@ -171,6 +171,7 @@ class SessionTokens(TypedDict):
     output: int
     estimated: bool
     cost: NotRequired[float]
+    cached: NotRequired[int]  # of `input`, what the provider's prompt cache served
 
 
 class InterruptedChange(TypedDict):

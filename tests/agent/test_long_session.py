@@ -8,7 +8,7 @@ import asyncio
 import json
 from dataclasses import dataclass
 
-from tests.model_server import ScriptedModel, Stream, reply
+from tests.model_server import ScriptedModel, Stream, chunk, reply
 from tests.test_loop import LoopCase
 from tests.utils import call, run_ended
 from totem.agent.answers import tokens_of
@@ -45,6 +45,27 @@ def test_tokens_of_an_answer_carry_its_cost_when_it_is_known():
     estimated = tokens_of(None, {"messages": [{"role": "user", "content": "x" * 3500}]}, 350, price)
     assert estimated["estimated"] is True
     assert estimated["cost"] == round((estimated["input"] * 3.0 + estimated["output"] * 15.0) / 1e6, 8)
+
+
+def test_cached_input_is_read_from_each_providers_usage_and_priced_at_its_own_price():
+    """OpenAI/OpenRouter, DeepSeek, Anthropic and Gemini say it each their way; the cached part is
+    priced at the cache price (the input price when the catalog gives none); an estimate counts none."""
+    usage = {"prompt_tokens": 1000, "completion_tokens": 100}
+    for given, read, written in (({"prompt_tokens_details": {"cached_tokens": 800}}, 800, 0),
+                                 ({"prompt_tokens_details": {"cached_tokens": 600, "cache_write_tokens": 300}}, 600, 300),
+                                 ({"prompt_cache_hit_tokens": 700, "prompt_cache_miss_tokens": 300}, 700, 0),
+                                 ({"cache_read_input_tokens": 500, "cache_creation_input_tokens": 400}, 500, 400),
+                                 ({"cachedContentTokenCount": 900}, 900, 0),
+                                 ({"prompt_tokens_details": {"cached_tokens": 5000}}, 1000, 0),  # never above input
+                                 ({"prompt_tokens_details": {"cached_tokens": True}}, 0, 0), ({}, 0, 0)):
+        tokens = tokens_of(usage | given, {}, 0, {"input": 3.0, "output": 15.0, "cacheread": 0.3,
+                                                  "cachewrite": 3.75})
+        assert (tokens.get("cached", 0), tokens.get("cachewrite", 0)) == (read, written), given
+        fresh = 1000 - read - written
+        assert tokens["cost"] == round((fresh * 3.0 + read * 0.3 + written * 3.75 + 100 * 15.0) / 1e6, 8), given
+    without = tokens_of(usage | {"prompt_tokens_details": {"cached_tokens": 800}}, {}, 0, {"input": 3.0, "output": 15.0})
+    assert without["cost"] == round((1000 * 3.0 + 100 * 15.0) / 1e6, 8)  # no cache price: the input price
+    assert "cached" not in tokens_of({"prompt_tokens_details": {"cached_tokens": 800}}, {"messages": []}, 10)
 
 
 def is_compaction(request) -> bool:
@@ -149,6 +170,29 @@ class CostTest(PricedCase):
         self.assertEqual({k: v for k, v in session["tokens"].items() if k != "cost"},
                          {"input": 20, "output": 10, "estimated": False})
         self.assertAlmostEqual(session["tokens"]["cost"], 2 * (10 * 3.0 + 5 * 15.0) / 1e6)
+
+    async def test_cached_input_is_priced_from_the_catalog_and_summed_in_the_session(self):
+        """OpenRouter's models list gives cache prices; an answer whose usage says 8 of its 10
+        input tokens came from the cache costs them at the cache price, and the session sums them."""
+        listed = models_list(self.context)
+        listed["data"][0]["pricing"] |= {"input_cache_read": "0.0000003", "input_cache_write": "0.00000375"}
+        self.model.serve_json("GET", "/v1/models", listed)
+        saved = await call(self.app, "providers_save", {"id": self.providerid, "name": "Router",
+                                                        "kind": "openrouter", "url": self.model.url})
+        self.assertEqual(saved.status, 200, saved.body)
+        [entry] = (await call(self.app, "providers_catalog")).json()["models"]
+        self.assertEqual(entry["price"], {"input": 3.0, "output": 15.0, "cacheread": 0.3, "cachewrite": 3.75})
+        stream = reply("cached answer", usage=False)
+        stream.events.append(chunk(usage={"prompt_tokens": 10, "completion_tokens": 5,
+                                          "prompt_tokens_details": {"cached_tokens": 8}}, choices=False))
+        self.model.script(stream)
+        await self.prompt("hi")
+        await run_ended(self.app, self.session["id"])
+        [message] = await self.answers()
+        self.assertEqual(message["data"]["tokens"]["cached"], 8)
+        self.assertAlmostEqual(message["data"]["tokens"]["cost"], (2 * 3.0 + 8 * 0.3 + 5 * 15.0) / 1e6)
+        session = (await call(self.app, "sessions_read", ident=self.session["id"])).json()
+        self.assertEqual(session["tokens"]["cached"], 8)
 
     async def test_without_a_price_there_is_no_cost(self):
         """A model the catalog gives no price for: no `cost` in the answer or the session."""

@@ -74,3 +74,19 @@ def test_the_setting_and_a_schedules_own_limit(live, page):
     [stored] = live.api("schedules", query=f"projectid={project['id']}")
     assert stored["maxcost"] is None
     expect(card.locator(".schedule-options")).not_to_contain_text("at most")
+
+
+def test_an_answer_shows_the_share_of_its_input_the_cache_served(live, page):
+    project = live.project("cached", {"a.txt": "x\n"})
+    session = live.session(project, "Cached")
+    open_session(page, project, session)
+    stream = reply("From the cache.", usage=False)
+    stream.events.append(chunk(usage={"prompt_tokens": 1000, "completion_tokens": 5,
+                                      "prompt_tokens_details": {"cached_tokens": 800}}, choices=False))
+    live.model.script(stream)
+    live.api("sessions_prompt", {"text": "hi", "model": live.modelref}, ident=session["id"])
+    live.wait_run_end(session)
+    page.reload()
+    usage = page.locator(".msg.assistant .msg-usage").last
+    expect(usage).to_contain_text("1K in (80% cached)")
+    assert "800 of them from the provider's prompt cache" in usage.get_attribute("title")

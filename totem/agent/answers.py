@@ -173,9 +173,11 @@ class Answers:
 
 def tokens_of(usage: dict | None, body: dict, written_chars: int, price: Price | None = None) -> dict:
     """`{input, output, estimated}`: the tokens of one answer as the provider counted them, or
-    estimated from the request's and the answer's length when it did not say; with `cost` in
-    USD when it is known: the provider's own figure when its usage has one (OpenRouter's
-    `usage.cost`), else the tokens at the catalog's `price` (USD per million tokens; as
+    estimated from the request's and the answer's length when it did not say; `cached` and
+    `cachewrite`, the input tokens its prompt cache served and stored (cache_tokens), when it
+    says; with `cost` in USD when it is known: the provider's own figure when its usage has one
+    (OpenRouter's `usage.cost`), else the tokens at the catalog's `price` (USD per million
+    tokens; cached input at its cache prices, or at the input price when it has none; as
     estimated as the tokens are)."""
     given_in = usage.get("prompt_tokens") if usage else None
     given_out = usage.get("completion_tokens") if usage else None
@@ -184,13 +186,38 @@ def tokens_of(usage: dict | None, body: dict, written_chars: int, price: Price |
     else:
         tokens = {"input": estimated_tokens(body.get("messages") or [], body.get("tools") or []),
                   "output": int(written_chars / CHARS_PER_TOKEN) + 1, "estimated": True}
+    read, written = cache_tokens(usage) if not tokens["estimated"] else (0, 0)
+    read, written = min(read, tokens["input"]), min(written, tokens["input"] - min(read, tokens["input"]))
+    tokens |= ({"cached": read} if read else {}) | ({"cachewrite": written} if written else {})
     given_cost = usage.get("cost") if usage else None
     if isinstance(given_cost, (int, float)) and not isinstance(given_cost, bool) and 0 <= given_cost < math.inf:
         tokens["cost"] = float(given_cost)
     elif price is not None:
-        tokens["cost"] = round((tokens["input"] * price["input"] + tokens["output"] * price["output"])
-                               / PRICE_TOKENS, COST_DIGITS)
+        fresh = tokens["input"] - read - written
+        spent = (fresh * price["input"] + read * price.get("cacheread", price["input"])
+                 + written * price.get("cachewrite", price["input"]) + tokens["output"] * price["output"])
+        tokens["cost"] = round(spent / PRICE_TOKENS, COST_DIGITS)
     return tokens
+
+
+def cache_tokens(usage: dict | None) -> tuple[int, int]:
+    """(input tokens read from the provider's prompt cache, input tokens written to it) as each
+    provider's usage says them: OpenAI's and OpenRouter's `prompt_tokens_details.cached_tokens`
+    (and `cache_write_tokens`), DeepSeek's `prompt_cache_hit_tokens`, Anthropic's
+    `cache_read_input_tokens` and `cache_creation_input_tokens`, Gemini's
+    `cachedContentTokenCount`; (0, 0) when it says nothing. The input count includes both."""
+    if not isinstance(usage, dict):
+        return 0, 0
+    details = usage.get("prompt_tokens_details")
+    details = details if isinstance(details, dict) else {}
+
+    def count(*values: Any) -> int:
+        return next((value for value in values if isinstance(value, int) and not isinstance(value, bool)
+                     and value > 0), 0)
+    read = count(details.get("cached_tokens"), usage.get("prompt_cache_hit_tokens"),
+                 usage.get("cache_read_input_tokens"), usage.get("cachedContentTokenCount"))
+    written = count(details.get("cache_write_tokens"), usage.get("cache_creation_input_tokens"))
+    return read, written
 
 
 def silently_truncated(usage: Any, body: dict[str, Any]) -> ProviderError | None:

@@ -161,7 +161,8 @@ class MessageRows(Engine):
         return await self.write(run)
 
     async def session_tokens(self, sessionid: str) -> SessionTokens:
-        """`{input, output, estimated, cost}`: the tokens of a session's answers, summed
+        """`{input, output, estimated, cost, cached}`: the tokens of a session's answers, summed
+        (`cached`: the input its provider's prompt cache served, when any did)
         (estimated when any answer's count was), and the cost in USD of those whose price was
         known; without `cost` when none was."""
         def run(c: sqlite3.Connection) -> SessionTokens:
@@ -169,9 +170,12 @@ class MessageRows(Engine):
                 "SELECT ifnull(sum(json_extract(data, '$.tokens.input')), 0), "
                 "ifnull(sum(json_extract(data, '$.tokens.output')), 0), "
                 "ifnull(max(json_extract(data, '$.tokens.estimated')), 0), "
-                "total(json_extract(data, '$.tokens.cost')), count(json_extract(data, '$.tokens.cost')) "
+                "total(json_extract(data, '$.tokens.cost')), count(json_extract(data, '$.tokens.cost')), "
+                "ifnull(sum(json_extract(data, '$.tokens.cached')), 0) "
                 "FROM messages WHERE sessionid = ? AND role = 'assistant'", (sessionid,)).fetchone()
             tokens = SessionTokens(input=row[0], output=row[1], estimated=bool(row[2]))
+            if row[5]:
+                tokens["cached"] = row[5]
             if row[4]:  # rounded as each answer's cost is (agent/answers.py COST_DIGITS): the rest is float noise
                 tokens["cost"] = round(row[3], 8)
             return tokens

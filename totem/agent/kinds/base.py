@@ -17,7 +17,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
-from typing import TYPE_CHECKING, Any, Protocol, TypedDict
+from typing import TYPE_CHECKING, Any, NotRequired, Protocol, TypedDict
 from urllib.parse import urlsplit
 
 from totem.agent.provider_errors import KIND_INVALID_RESPONSE, ProviderError
@@ -35,10 +35,13 @@ ChatMessage = dict[str, Any]
 
 
 class Price(TypedDict):
-    """What a model costs, in USD per million tokens (PRICE_TOKENS) read and written."""
+    """What a model costs, in USD per million tokens (PRICE_TOKENS) read and written; and, when
+    the provider publishes them, input read from its prompt cache and input written to it."""
 
     input: float
     output: float
+    cacheread: NotRequired[float]
+    cachewrite: NotRequired[float]
 
 
 class ModelInfo(TypedDict):
@@ -175,11 +178,13 @@ def positive(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
-def price_of(prompt: Any, completion: Any, per_tokens: int) -> Price | None:
+def price_of(prompt: Any, completion: Any, per_tokens: int, cache_read: Any = None,
+             cache_write: Any = None) -> Price | None:
     """The price `{input, output}` in USD per PRICE_TOKENS tokens of a model whose provider says
     `prompt` and `completion` USD per `per_tokens` tokens (numbers, or decimal strings as
-    OpenRouter sends them). None unless both are non-negative numbers: OpenRouter says -1 for a
-    price that varies (its router), and a missing price is not a free model."""
+    OpenRouter sends them), with `cacheread` and `cachewrite` when `cache_read` and
+    `cache_write` are prices too. None unless both are non-negative numbers: OpenRouter says -1
+    for a price that varies (its router), and a missing price is not a free model."""
     def read(value: Any) -> Decimal | None:
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):
             return None
@@ -194,7 +199,11 @@ def price_of(prompt: Any, completion: Any, per_tokens: int) -> Price | None:
         return None
     scale = Decimal(PRICE_TOKENS) / Decimal(per_tokens)
     price = Price(input=float(given_in * scale), output=float(given_out * scale))
-    return price if math.isfinite(price["input"]) and math.isfinite(price["output"]) else None
+    for key, given in (("cacheread", read(cache_read)), ("cachewrite", read(cache_write))):
+        if given is not None:
+            price[key] = float(given * scale)  # type: ignore[literal-required]
+    shown = (price["input"], price["output"], price.get("cacheread", 0.0), price.get("cachewrite", 0.0))
+    return price if all(math.isfinite(value) for value in shown) else None
 
 
 def model_info(ident: str, name: Any = None, context: Any = None, tools: bool | None = None,

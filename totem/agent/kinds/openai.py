@@ -191,7 +191,8 @@ class OpenRouter(OpenAICompatible):
         free = _is_zero(pricing.get("prompt")) and _is_zero(pricing.get("completion"))
         return model_info(item["id"], item.get("name"), item.get("context_length"), "tools" in parameters,
                           "reasoning" in parameters or "include_reasoning" in parameters, free,
-                          price_of(pricing.get("prompt"), pricing.get("completion"), OPENROUTER_PRICE_TOKENS))
+                          price_of(pricing.get("prompt"), pricing.get("completion"), OPENROUTER_PRICE_TOKENS,
+                                   pricing.get("input_cache_read"), pricing.get("input_cache_write")))
 
 
 class LlamaCpp(OpenAICompatible):

@@ -111,7 +111,8 @@ async def create_session(ctx: Context) -> dict[str, Any]:
 
 
 READ_ANSWER = record(SESSION["properties"] | {
-    "tokens": record({"input": INTEGER, "output": INTEGER, "estimated": BOOLEAN}, {"cost": NUMBER})},
+    "tokens": record({"input": INTEGER, "output": INTEGER, "estimated": BOOLEAN},
+                     {"cost": NUMBER, "cached": INTEGER | {"description": "of input, what the prompt cache served"}})},
     description=SESSION["description"] + "; tokens: summed over its answers")
 
 
