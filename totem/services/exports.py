@@ -268,9 +268,11 @@ def _imported_message(message: dict[str, Any], renamed: dict[str, str], new_id: 
             data.pop("attachments")
     parts = [_imported_part(part, scrubber, stamp) for part in message["parts"]]
     finished = message.get("finished")
+    if finished is None and message["role"] == "assistant":  # an answer that streamed at the export
+        finished = stamp
     return ImportedMessage(id=renamed[message["id"]], role=message["role"], model=message.get("model"),
                            usage=scrubbed_json(message.get("usage"), scrubber), data=data,
-                           created=message["created"], finished=stamp if finished is None else finished,
+                           created=message["created"], finished=finished,
                            parts=parts, attachments=files)
 
 

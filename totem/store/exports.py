@@ -50,7 +50,7 @@ class ImportedMessage(TypedDict):
     usage: dict[str, Any] | None
     data: dict[str, Any]
     created: int
-    finished: int
+    finished: int | None
     parts: list[ImportedPart]
     attachments: list[ImportedAttachment]
 
