@@ -8,6 +8,7 @@ import copy
 import json
 import os
 import re
+import unittest
 
 from jsonschema import Draft202012Validator
 
@@ -15,13 +16,16 @@ from tests.model_server import HttpError, ScriptedModel, Stall, reply, text_chun
 from tests.utils import MS, TOKEN, TotemCase, call, next_event, open_ws, request, run_ended, running_totem
 from totem.http.api.exports import DOCUMENT, MAX_IMPORT_MESSAGES, MAX_MESSAGE_PARTS, MAX_PART_TEXT_CHARS
 from totem.http.api.sessions import SESSION
-from totem.services.export_markdown import MAX_OUTPUT_CHARS
+from totem.http.routes import action_table
+from totem.security.vault import Scrubber
+from totem.services.export_markdown import MAX_OUTPUT_CHARS, MAX_OUTPUT_LINES, render_markdown
 from totem.services.exports import (
     EXPORTED_DURING_RUN,
     LEFT_OUT_SECRET,
     MAX_DATA_DEPTH,
     MAX_IMPORT_PARTS,
     OPEN_AT_EXPORT,
+    scrubbed_json,
 )
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -180,6 +184,7 @@ class MarkdownTest(ExportCase):
         await self.run_prompt(self.session["id"], "Read long.txt", reply(tool_calls=[("read", {"path": "long.txt"})]),
                               reply("Long."))
         markdown = await self.export(self.session["id"], markdown=True)
+        self.assertEqual(schema_problems(action_table()["sessions_export"].answer, {"markdown": markdown}), [])
         for expected in ("# Look at a.txt", "## You ·", "Look at a.txt", "## Assistant (", "> **Reasoning**",
                          "> The person wants the file.", "It says hello.", "**Tool `read`** · done",
                          "Decision: allow", '"path": "a.txt"', "Output:", "hello world",
@@ -340,3 +345,27 @@ class RunningExportTest(ExportCase):
         parts = (await self.ok("sessions_messages", ident=imported["id"]))["messages"][1]["parts"]
         tool = next(p for p in parts if p["kind"] == "tool")
         self.assertEqual((tool["status"], tool["data"]["error"]), ("error", OPEN_AT_EXPORT))
+
+
+class PureTest(unittest.TestCase):
+    def test_markdown_fences_outlast_backticks_inside(self):
+        """A tool output holding a fence is shown in a longer one, a short output whole, a long
+        one trimmed with what it shows of it."""
+        document = {"name": "N", "mode": "build", "status": "idle", "created": 0, "messages": [message("m", [
+            part("tool", "", {"tool": "bash", "callid": "c", "input": {"command": "cat"}, "output": "```\nx\n```"}),
+            part("tool", "", {"tool": "bash", "callid": "d", "output": "y\n" * (MAX_OUTPUT_LINES + 5)}),
+            part("validation", "", {"problems": ["p"]})])]}
+        markdown = render_markdown(document)
+        self.assertIn("````\n```\nx\n```\n````", markdown)
+        self.assertIn(f"Output (the first {2 * MAX_OUTPUT_LINES - 1} of {2 * (MAX_OUTPUT_LINES + 5)} characters):",
+                      markdown)
+        self.assertIn("**validation** · done", markdown)
+        self.assertIn("- Created: 1970-01-01 00:00:00 UTC", markdown)
+        self.assertIn("- Exported: unknown", markdown)
+
+    def test_scrubbing_reaches_keys_and_nested_texts(self):
+        """Every text of a document is scrubbed, an object's keys too; other values stay."""
+        scrubber = Scrubber({"openai": KEY})
+        scrubbed = scrubbed_json({KEY: [1, {"a": f"x{KEY}"}], "n": None, "b": True}, scrubber)
+        self.assertNotIn(KEY, json.dumps(scrubbed))
+        self.assertEqual((scrubbed["n"], scrubbed["b"]), (None, True))
