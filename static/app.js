@@ -18,6 +18,7 @@ import { SchedulesDialog } from '/schedules.js';
 import { enableCopyButtons } from '/markdown.js';
 import { enableSaveAs } from '/saveas.js';
 import { paintSessionUsage } from '/usage.js';
+import { enableExports } from '/exports.js';
 
 const MESSAGE_PAGE = 200;
 const SESSION_PAGE = 100;
@@ -105,6 +106,8 @@ function paintSession() {
   byId('open-schedules').disabled = !project;
   byId('session-settings').hidden = !session;
   byId('session-compact').hidden = !session;
+  byId('session-export').hidden = !session;
+  byId('session-export-md').hidden = !session;
   byId('project-title').textContent = project ? project.path : '';
   byId('session-view').hidden = !project;
   byId('session-title').textContent = session ? session.name : 'New session';
@@ -952,6 +955,8 @@ byId('git-refresh').addEventListener('click', paintGit);
 byId('diff-refresh').addEventListener('click', () => { if (state.session) changes.load(state.session.id); });
 byId('redo').addEventListener('click', () => redo());
 byId('session-compact').addEventListener('click', compact);
+enableExports({ session: () => state.session, project: () => state.project,
+  onImported: (session) => openSessionById(session.id) });
 byId('first-run-add').addEventListener('click', () => providers.show({ add: true }));
 byId('first-run-detect').addEventListener('click', () => providers.show({ detect: true }));
 // Back to this page after working elsewhere (an editor, a shell): files may have changed.

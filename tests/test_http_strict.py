@@ -26,7 +26,7 @@ BODY_ACTIONS = frozenset((
     "sessions_jobstop", "questions_reply", "providers_save", "providers_available",
     "permissions_save", "permissions_reply", "sessions_undo", "sessions_redo", "sessions_fork",
     "sessions_saveas", "sessions_terminal", "sessions_terminalinput", "sessions_terminalresize",
-    "schedules_save", "settings_save", "sessions_unqueue", "mcptokens_create"))
+    "schedules_save", "settings_save", "sessions_unqueue", "mcptokens_create", "sessions_import"))
 # The actions above whose id must name an existing session for the handler to reach the body.
 SESSION_ID_ACTIONS = frozenset(("sessions_update", "sessions_prompt", "sessions_jobstop", "sessions_undo",
                                 "sessions_redo", "sessions_fork", "sessions_saveas", "sessions_terminal",

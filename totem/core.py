@@ -21,6 +21,7 @@ from totem.mcp.servers import McpServers
 from totem.process.jobs import Jobs
 from totem.process.terminal import Terminals
 from totem.services.changes import Changes
+from totem.services.exports import Exports
 from totem.services.jobs import Jobs as JobsService
 from totem.services.permissions import Permissions
 from totem.services.project_servers import ProjectServersService
@@ -54,6 +55,7 @@ class Services:
     terminal: Terminal
     jobs: JobsService
     permissions: Permissions
+    exports: Exports
 
 
 class Core:
@@ -93,7 +95,8 @@ class Core:
                                  servers=ProjectServersService(store, self.mcp_clients, forge_mcp,
                                                                provider_service.scrubber),
                                  worktrees=worktrees, terminal=terminal, jobs=jobs,
-                                 permissions=Permissions(rules, kinds, projects, self.runs))
+                                 permissions=Permissions(rules, kinds, projects, self.runs),
+                                 exports=Exports(rows, store, hub, provider_service.scrubber))
 
     async def start(self) -> None:
         """Before anything reads or changes a project: finish what a crash left half-done, know

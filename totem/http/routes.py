@@ -28,8 +28,8 @@ APP_PAGES = {"/": "/index.html", "/index.html": "/index.html"}
 LOGIN_PAGES = {"/login": "/login.html", "/login.html": "/login.html"}
 PAGE_METHODS = ("GET", "HEAD")
 # The modules of totem/api whose ACTIONS make the table, in the order of the protocol text.
-API_MODULES = ("account", "projects", "mcpservers", "folders", "sessions", "terminal", "schedules", "settings",
-               "providers", "permissions", "openapi")
+API_MODULES = ("account", "projects", "mcpservers", "folders", "sessions", "exports", "terminal", "schedules",
+               "settings", "providers", "permissions", "openapi")
 # The actions that answer before the core is built, besides Account|read and the sign-in ones,
 # by the module of api/ that declares them: Projects|list, the page's first request after
 # Account|read (from the App's project_list). Their module loads with the first of them, not

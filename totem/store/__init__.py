@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from totem.store.access import AccessRows
 from totem.store.attachments import AttachmentRows
+from totem.store.exports import ExportRows
 from totem.store.messages import MessageRows
 from totem.store.projects import ProjectRows
 from totem.store.providers import ProviderRows
@@ -24,5 +25,5 @@ __all__ = ["DATABASE_FILE", "MIGRATIONS", "PAGE_BYTES", "STOPPED_DURING_RUN", "S
 
 
 class Store(ProjectRows, SessionRows, MessageRows, AttachmentRows, RuleRows, SnapshotRows, SettingRows,
-            ScheduleRows, ProviderRows, AccessRows):
+            ScheduleRows, ProviderRows, AccessRows, ExportRows):
     """The database of one Totem process: every repository over one engine."""
