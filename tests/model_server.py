@@ -1,7 +1,8 @@
 """A scripted OpenAI-compatible model server for tests: the provider edge, which we do not own.
 
 `async with ScriptedModel() as model:` listens on 127.0.0.1 (a free port) and answers
-`POST /v1/chat/completions` (and Ollama's `POST /api/chat`) from a queue filled by
+`POST /v1/chat/completions` (and Ollama's `POST /api/chat`, Anthropic's `POST /v1/messages`) from a
+queue filled by
 `model.script(...)`: a recorded fixture case replayed byte for byte in random-sized TCP pieces,
 a constructed stream of real `chat.completion.chunk`s, an HTTP error, a stall, a hang-up, or a
 fast stream for benchmarks. Every request is recorded in `model.requests`. The models endpoints
@@ -422,7 +423,7 @@ class ScriptedModel:
         if route is not None:
             await self._send_json(writer, route)
         elif request.method == "POST" and (request.path.endswith("/chat/completions")
-                                           or request.path == "/api/chat"):
+                                           or request.path in ("/api/chat", "/v1/messages")):
             response = self._script.popleft() if self._script else HttpError(
                 {"error": {"message": "ScriptedModel: no response scripted", "type": "server_error"}},
                 500)

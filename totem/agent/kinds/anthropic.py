@@ -253,7 +253,9 @@ class MessagesAnswer:
         return [e for event in self._sse.feed(data) for e in self._event(event)]
 
     def close(self) -> list[StreamEvent]:
-        return []  # an event without its blank line is discarded (WHATWG)
+        # An event without its blank line is discarded (WHATWG); a refusal without message_stop
+        # is still one.
+        return self._refused()
 
     def whole(self, body: object) -> list[StreamEvent]:
         """A whole Message (or error) instead of a stream: its blocks as the stream would send them."""
@@ -291,10 +293,14 @@ class MessagesAnswer:
             return []
         handler = _HANDLERS.get(kind if isinstance(kind, str) else "")
         events = self._accumulator.feed(handler(self, value) if handler else {})
-        if self._accumulator.finish_reason == "refusal" and not self._accumulator.failed:
-            # Not an answer that ended well: the run stops and says why (the text so far is kept).
-            events += self._accumulator.fail(REFUSAL_SENTENCE, retry=False, kind=KIND_FORBIDDEN)
-        return events
+        return events + self._refused() if kind == "message_stop" else events
+
+    def _refused(self) -> list[StreamEvent]:
+        """At the answer's end: a refusal is not an answer that ended well, so the run stops and
+        says why (the text so far is kept)."""
+        if self._accumulator.finish_reason != "refusal" or self._accumulator.failed:
+            return []
+        return self._accumulator.fail(REFUSAL_SENTENCE, retry=False, kind=KIND_FORBIDDEN)
 
     # Each turns one event into the chunk fed to the accumulator ({} for one that adds nothing).
 
