@@ -536,6 +536,14 @@ ERROR_EXPECTATIONS = {
     ("lmstudio", "401_api_token_required"): (KIND_AUTH, False, None),
     ("vllm", "400_context_length_object_error"): (KIND_CONTEXT_LENGTH, False, None),
     ("vllm", "400_context_length_nested_error"): (KIND_CONTEXT_LENGTH, False, None),
+    ("anthropic", "401_authentication_error"): (KIND_AUTH, False, None),
+    ("anthropic", "400_prompt_too_long"): (KIND_CONTEXT_LENGTH, False, None),
+    ("anthropic", "400_credit_balance_too_low"): (KIND_BILLING, False, None),
+    ("anthropic", "404_model_not_found"): (KIND_MODEL_NOT_FOUND, False, None),
+    ("anthropic", "413_request_too_large"): (KIND_REQUEST_TOO_LARGE, False, None),
+    ("anthropic", "429_rate_limit_error"): (KIND_RATE_LIMIT, True, 24.0),
+    ("anthropic", "500_api_error"): (KIND_SERVER, True, None),
+    ("anthropic", "529_overloaded_error"): (KIND_OVERLOADED, True, None),
     ("any", "502_html_from_edge_proxy"): (KIND_SERVER, True, None),
 }
 # The window each context-length case states, as the error's `window` (None: it states none).
@@ -550,6 +558,7 @@ STATED_WINDOWS = {
     ("lmstudio", "400_context_overflow_string_error"): 4096,
     ("vllm", "400_context_length_object_error"): 8192,
     ("vllm", "400_context_length_nested_error"): 8192,
+    ("anthropic", "400_prompt_too_long"): 200000,
 }
 ERRORS = error_fixtures()
 # errors.json's retry vocabulary: which policies mean "try the same request again later".

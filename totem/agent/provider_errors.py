@@ -205,7 +205,8 @@ def _error_kind(status: int, parsed: _ErrorBody) -> str:
     detail, code, etype = parsed.detail.lower(), str(parsed.code or "").lower(), parsed.type.lower()
     if 300 <= status < 400:
         return KIND_REDIRECT
-    if "insufficient_quota" in (code, etype) or status == 402 or "insufficient balance" in detail:
+    if ("insufficient_quota" in (code, etype) or status == 402 or "insufficient balance" in detail
+            or "credit balance is too low" in detail):  # Anthropic says it with a 400
         return KIND_BILLING
     if status == 401 or etype == "authentication_error" or code == "invalid_api_key":
         return KIND_AUTH
