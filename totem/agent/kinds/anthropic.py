@@ -124,8 +124,13 @@ class Anthropic:
 def native_turns(messages: list[ChatMessage]) -> tuple[str, list[ChatMessage]]:
     """The system prompt and the turns of OpenAI-shaped messages (context.py): user and
     assistant turns of content blocks, each tool result a `tool_result` block of a user turn,
-    consecutive turns of one role merged into one (tool results first, as the API wants them);
-    empty texts and turns are left out (the API refuses them)."""
+    consecutive user turns merged into one (tool results first, as the API wants them); empty
+    texts and turns are left out (the API refuses them).
+
+    Two assistant messages in a row, or one at the end, are an answer that failed part way (the
+    history keeps what it said): the API would read a last one as the start of the answer to
+    continue (refused with thinking on), and a failed text before a step would stand before that
+    step's thinking block, which must come first. So only the step that followed it is sent."""
     system: list[str] = []
     turns: list[ChatMessage] = []
     for message in messages:
@@ -144,10 +149,14 @@ def native_turns(messages: list[ChatMessage]) -> tuple[str, list[ChatMessage]]:
             role = "user"
         if not blocks:
             continue
-        if turns and turns[-1]["role"] == role:
+        if turns and turns[-1]["role"] == role == "assistant":
+            turns[-1] = {"role": role, "content": blocks}
+        elif turns and turns[-1]["role"] == role:
             turns[-1]["content"] += blocks
         else:
             turns.append({"role": role, "content": blocks})
+    if turns and turns[-1]["role"] == "assistant":
+        turns.pop()
     return "\n\n".join(text for text in system if text), turns
 
 
