@@ -235,9 +235,9 @@ def anthropic_events(text: str = "", *, thinking: tuple[str, str] | None = None,
     return events
 
 
-def anthropic_reply(text: str = "", **options: Any) -> Stream:
+def anthropic_reply(text: str = "", *, max_piece: int = DEFAULT_MAX_PIECE, **options: Any) -> Stream:
     """`anthropic_events` as a scripted stream (no [DONE]: the Messages API has none)."""
-    return Stream(anthropic_events(text, **options), done=False)
+    return Stream(anthropic_events(text, **options), done=False, max_piece=max_piece)
 
 
 # --- Scripted responses ----------------------------------------------------------------------
@@ -577,7 +577,7 @@ class ScriptedModel:
 # server finds a request larger than Totem counted it, as a real tokenizer often does.
 SERVER_CHARS_PER_TOKEN = 3.0
 # The windows the context-length cases of errors.json state: a WindowedModel says its own instead.
-_FIXTURE_WINDOWS = {4096, 8192, 128000, 131072, 131073}
+_FIXTURE_WINDOWS = {4096, 8192, 128000, 131072, 131073, 200000}
 _BIG_NUMBER = re.compile(r"\d{4,}")
 # What a model answers to the end of a prompt that Ollama cut (the script's next answer waits).
 CUT_ANSWER = "I only see the end of a conversation; what should I do?"
@@ -606,7 +606,8 @@ class WindowedModel(ScriptedModel):
         return int(len(request.raw_body) / SERVER_CHARS_PER_TOKEN) + 1
 
     async def _respond(self, request, reader, writer) -> None:
-        if request.method != "POST" or not (request.path.endswith("/chat/completions") or request.path == "/api/chat"):
+        if request.method != "POST" or not (request.path.endswith("/chat/completions")
+                                            or request.path in ("/api/chat", "/v1/messages")):
             await super()._respond(request, reader, writer)
             return
         tokens, window = self.tokens(request), self.window
