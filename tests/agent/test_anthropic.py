@@ -162,6 +162,8 @@ def test_reasoning_levels_are_thinking_budgets():
         ANTHROPIC.set_temperature(body, 0.2)
         assert body["temperature"] == 0.2
     assert ANTHROPIC.request_body(target("claude-3-haiku-20240307"), messages(), TOOLS, None)["max_tokens"] == 4096
+    for model in ("claude-3-5-haiku-20241022", "claude-3-haiku-20240307"):  # no extended thinking
+        assert "thinking" not in ANTHROPIC.request_body(target(model), messages(), TOOLS, "high")
 
 
 def test_a_tool_turn_without_thinking_goes_on_without_it():

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from totem.agent.kinds.base import ChatMessage, Fetch, ModelInfo, ProviderTarget, as_object, entries, model_info
 from totem.agent.provider_errors import KIND_FORBIDDEN
@@ -39,6 +40,8 @@ SMALL_ANSWER_TOKENS = 4096
 # pass it: the answer's room is added). 16384 + 8192 stays under the smallest output limit of a
 # thinking model (32000, Opus 4).
 THINKING_BUDGETS = {"low": 2048, "medium": 8192, "high": 16384}
+# The models that have no extended thinking (the API refuses `thinking` for them).
+NO_THINKING_MODELS = ("claude-3-5-", "claude-3-haiku", "claude-3-opus", "claude-3-sonnet")
 # The blocks of an assistant turn that go back as they came (with `signature` or `data`).
 THINKING_TYPES = ("thinking", "redacted_thinking")
 # Pages of GET /v1/models followed (1000 models each): a list longer than that is not a list.
@@ -79,7 +82,7 @@ class Anthropic:
         models: list[ModelInfo] = []
         after = None
         for _page in range(MAX_MODELS_PAGES):
-            body = await fetch.get(url + (f"&after_id={after}" if after else ""))
+            body = await fetch.get(url + (f"&after_id={quote(after, safe='')}" if after else ""))
             models += [model_info(item["id"], item.get("display_name"), None, True, None)
                        for item in entries(body, fetch) if item.get("type", "model") == "model"]
             last = as_object(body).get("last_id")
@@ -95,7 +98,7 @@ class Anthropic:
                      tools: list[dict[str, Any]], reasoning: str | None) -> dict[str, Any]:
         system, turns = native_turns(messages)
         budget = THINKING_BUDGETS.get(reasoning or "")
-        if budget and not _tool_turn_without_thinking(turns):
+        if budget and not target.model.startswith(NO_THINKING_MODELS) and not _tool_turn_without_thinking(turns):
             body: dict[str, Any] = {"model": target.model, "max_tokens": budget + ANSWER_TOKENS,
                                     "thinking": {"type": "enabled", "budget_tokens": budget}}
         else:
