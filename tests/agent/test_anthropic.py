@@ -189,6 +189,7 @@ def test_openrouter_never_gets_anthropic_thinking_blocks():
 
 
 def test_chat_url_with_or_without_v1():
+    """The base URL works pasted with or without /v1 and a trailing slash."""
     for url in ("https://api.anthropic.com", "https://api.anthropic.com/", "https://api.anthropic.com/v1/"):
         assert ANTHROPIC.chat_url(url) == "https://api.anthropic.com/v1/messages"
 
