@@ -93,10 +93,20 @@ def is_step(request) -> bool:
     return bool((request.body or {}).get("tools"))
 
 
+def unmarked(value):
+    """`value` without Anthropic's `cache_control` marks: they say where to cache, they are not
+    what is cached (the mark on the last turn moves on at every step)."""
+    if isinstance(value, list):
+        return [unmarked(item) for item in value]
+    if isinstance(value, dict):
+        return {key: unmarked(item) for key, item in value.items() if key != "cache_control"}
+    return value
+
+
 def pieces(body: dict) -> list[bytes]:
     """A request as a prompt cache reads it, in order: its tools, a top-level system prompt (the
     Anthropic form), then each message."""
-    encode = lambda value: json.dumps(value, ensure_ascii=False, sort_keys=True).encode()  # noqa: E731
+    encode = lambda value: json.dumps(unmarked(value), ensure_ascii=False, sort_keys=True).encode()  # noqa: E731
     return ([encode(body["tools"])] if body.get("tools") else []) + (
         [encode(body["system"])] if body.get("system") else []) + [encode(m) for m in body.get("messages") or []]
 

@@ -1,7 +1,8 @@
 """A scripted OpenAI-compatible model server for tests: the provider edge, which we do not own.
 
 `async with ScriptedModel() as model:` listens on 127.0.0.1 (a free port) and answers
-`POST /v1/chat/completions` (and Ollama's `POST /api/chat`) from a queue filled by
+`POST /v1/chat/completions` (and Ollama's `POST /api/chat`, Anthropic's `POST /v1/messages`) from a
+queue filled by
 `model.script(...)`: a recorded fixture case replayed byte for byte in random-sized TCP pieces,
 a constructed stream of real `chat.completion.chunk`s, an HTTP error, a stall, a hang-up, or a
 fast stream for benchmarks. Every request is recorded in `model.requests`. The models endpoints
@@ -52,6 +53,7 @@ MODEL_ROUTES = {
     "ollama_api_tags": ("GET", "/api/tags"),
     "ollama_api_show": ("POST", "/api/show"),
     "ollama_api_ps": ("GET", "/api/ps"),
+    "anthropic_v1_models": ("GET", "/v1/models"),
 }
 
 
@@ -178,6 +180,64 @@ def encode_events(events: list[Any], done: bool = True) -> bytes:
     if done:
         out.append("data: [DONE]\n\n")
     return "".join(out).encode()
+
+
+# --- Anthropic's Messages API events (fixtures/providers/anthropic.md) --------------------------
+
+
+def anthropic_event(data: dict) -> str:
+    """One server-sent event of the Messages API: its `event:` name is its data's `type`."""
+    return f"event: {data['type']}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
+
+
+def anthropic_error(kind: str = "overloaded_error", message: str = "Overloaded") -> str:
+    """The `error` event a stream may end with after its 200."""
+    return anthropic_event({"type": "error", "error": {"type": kind, "message": message}})
+
+
+def anthropic_events(text: str = "", *, thinking: tuple[str, str] | None = None, redacted: str | None = None,
+                     tool_calls: tuple | list = (), stop_reason: str | None = None, input_tokens: int = 10,
+                     cache_read: int = 0, cache_write: int = 0, output_tokens: int = 5) -> list[str]:
+    """A whole answer as the Messages API streams it: message_start with the input counts, a
+    `redacted_thinking` block (its data), a thinking block ((text, signature)), the text, the tool
+    calls ((name, arguments) pairs or dicts with name, arguments and id), message_delta with the
+    stop reason and the output count, message_stop."""
+    usage = {"input_tokens": input_tokens, "cache_creation_input_tokens": cache_write,
+             "cache_read_input_tokens": cache_read, "output_tokens": 1}
+    events = [anthropic_event({"type": "message_start", "message": {
+        "id": "msg_scripted", "type": "message", "role": "assistant", "model": MODEL_ID, "content": [],
+        "stop_reason": None, "stop_sequence": None, "usage": usage}}), anthropic_event({"type": "ping"})]
+    blocks: list[tuple[dict, list[dict]]] = []
+    if redacted is not None:
+        blocks.append(({"type": "redacted_thinking", "data": redacted}, []))
+    if thinking is not None:
+        blocks.append(({"type": "thinking", "thinking": "", "signature": ""},
+                       [{"type": "thinking_delta", "thinking": part} for part in _split_text(thinking[0], 3)]
+                       + [{"type": "signature_delta", "signature": thinking[1]}]))
+    if text:
+        blocks.append(({"type": "text", "text": ""}, [{"type": "text_delta", "text": p} for p in _split_text(text, 4)]))
+    for index, call in enumerate(tool_calls):
+        if isinstance(call, dict):
+            name, arguments, call_id = call["name"], call.get("arguments", {}), call.get("id")
+        else:
+            (name, arguments), call_id = call, None
+        whole = arguments if isinstance(arguments, str) else json.dumps(arguments, separators=(",", ":"))
+        blocks.append(({"type": "tool_use", "id": call_id or f"toolu_scripted{index:011d}", "name": name, "input": {}},
+                       [{"type": "input_json_delta", "partial_json": p} for p in ["", *_split_text(whole, 3)]]))
+    for index, (block, deltas) in enumerate(blocks):
+        events.append(anthropic_event({"type": "content_block_start", "index": index, "content_block": block}))
+        events += [anthropic_event({"type": "content_block_delta", "index": index, "delta": d}) for d in deltas]
+        events.append(anthropic_event({"type": "content_block_stop", "index": index}))
+    reason = stop_reason or ("tool_use" if tool_calls else "end_turn")
+    events.append(anthropic_event({"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": None},
+                                   "usage": {"output_tokens": output_tokens}}))
+    events.append(anthropic_event({"type": "message_stop"}))
+    return events
+
+
+def anthropic_reply(text: str = "", *, max_piece: int = DEFAULT_MAX_PIECE, **options: Any) -> Stream:
+    """`anthropic_events` as a scripted stream (no [DONE]: the Messages API has none)."""
+    return Stream(anthropic_events(text, **options), done=False, max_piece=max_piece)
 
 
 # --- Scripted responses ----------------------------------------------------------------------
@@ -418,11 +478,13 @@ class ScriptedModel:
 
     async def _respond(self, request: RecordedRequest, reader: asyncio.StreamReader,
                        writer: asyncio.StreamWriter) -> None:
-        route = self._routes.get((request.method, request.path.split("?", 1)[0]))
+        # A route served with its query (a page of a list) wins over the one of its path.
+        route = (self._routes.get((request.method, request.path))
+                 or self._routes.get((request.method, request.path.split("?", 1)[0])))
         if route is not None:
             await self._send_json(writer, route)
         elif request.method == "POST" and (request.path.endswith("/chat/completions")
-                                           or request.path == "/api/chat"):
+                                           or request.path in ("/api/chat", "/v1/messages")):
             response = self._script.popleft() if self._script else HttpError(
                 {"error": {"message": "ScriptedModel: no response scripted", "type": "server_error"}},
                 500)
@@ -515,7 +577,7 @@ class ScriptedModel:
 # server finds a request larger than Totem counted it, as a real tokenizer often does.
 SERVER_CHARS_PER_TOKEN = 3.0
 # The windows the context-length cases of errors.json state: a WindowedModel says its own instead.
-_FIXTURE_WINDOWS = {4096, 8192, 128000, 131072, 131073}
+_FIXTURE_WINDOWS = {4096, 8192, 128000, 131072, 131073, 200000}
 _BIG_NUMBER = re.compile(r"\d{4,}")
 # What a model answers to the end of a prompt that Ollama cut (the script's next answer waits).
 CUT_ANSWER = "I only see the end of a conversation; what should I do?"
@@ -544,7 +606,8 @@ class WindowedModel(ScriptedModel):
         return int(len(request.raw_body) / SERVER_CHARS_PER_TOKEN) + 1
 
     async def _respond(self, request, reader, writer) -> None:
-        if request.method != "POST" or not (request.path.endswith("/chat/completions") or request.path == "/api/chat"):
+        if request.method != "POST" or not (request.path.endswith("/chat/completions")
+                                            or request.path in ("/api/chat", "/v1/messages")):
             await super()._respond(request, reader, writer)
             return
         tokens, window = self.tokens(request), self.window

@@ -23,7 +23,7 @@ TEMPLATE_URLS = {
     "openrouter": "https://openrouter.ai/api/v1", "openai": "https://api.openai.com/v1",
     "groq": "https://api.groq.com/openai/v1", "mistral": "https://api.mistral.ai/v1",
     "deepseek": "https://api.deepseek.com", "together": "https://api.together.xyz/v1",
-    "compatible": "http://127.0.0.1:8000/v1",
+    "anthropic": "https://api.anthropic.com", "compatible": "http://127.0.0.1:8000/v1",
 }
 
 
@@ -86,7 +86,7 @@ class TemplatesTest(ProvidersCase):
         self.assertEqual({t["kind"]: t["url"] for t in templates}, TEMPLATE_URLS)
         self.assertEqual([t["name"] for t in templates], ["Ollama", "llama.cpp", "LM Studio", "OpenRouter", "OpenAI",
                                                           "Groq", "Mistral", "DeepSeek", "Together",
-                                                          "OpenAI-compatible"])
+                                                          "Anthropic", "OpenAI-compatible"])
         for template in templates:
             self.assertEqual(set(template), {"id", "name", "kind", "url", "key", "local", "icon"})
             self.assertIn(template["key"], ("needed", "optional", "none"))
@@ -166,7 +166,7 @@ class SaveTest(ProvidersCase):
         good = {"name": "P", "kind": "openai", "url": "https://api.example.com/v1", "key": KEY}
         cases = [
             ({"name": "x" * 101}, "name"), ({"name": ""}, "name"), ({"name": 7}, "name"),
-            ({"kind": "anthropic"}, "kind"), ({"kind": None}, "kind"),
+            ({"kind": "no-such-kind"}, "kind"), ({"kind": None}, "kind"),
             ({"url": "ftp://example.com"}, "url"), ({"url": "http://"}, "url"), ({"url": "example.com"}, "url"),
             ({"url": "http://user:pw@example.com"}, "url"), ({"url": "http://example.com:99999"}, "url"),
             ({"url": "http://exa mple.com"}, "url"), ({"url": 12}, "url"),

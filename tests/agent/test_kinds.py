@@ -122,6 +122,7 @@ def test_ollama_kind_native_body_and_stream_request():
     ("lmstudio", "http://127.0.0.1:1234/v1", "http://127.0.0.1:1234/v1/chat/completions"),
     ("openrouter", "https://openrouter.ai/api/v1/", "https://openrouter.ai/api/v1/chat/completions"),
     ("deepseek", "https://api.deepseek.com", "https://api.deepseek.com/chat/completions"),
+    ("anthropic", "https://api.anthropic.com", "https://api.anthropic.com/v1/messages"),
 ])
 def test_kind_chat_url(name, url, chat):
     """Each kind finds its chat endpoint from the saved base URL."""

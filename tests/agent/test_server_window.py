@@ -5,7 +5,7 @@ conversation that no compaction makes fit ends the run with a sentence that says
 
 from __future__ import annotations
 
-from tests.model_server import WindowedModel, ollama_reply, reply
+from tests.model_server import WindowedModel, anthropic_reply, ollama_reply, reply
 from tests.test_loop import KEY, LoopCase
 from tests.utils import call, run_ended
 from totem.agent.answers import silently_truncated
@@ -27,6 +27,7 @@ REFUSALS = [
     ("lmstudio", "lmstudio", "400_context_overflow_string_error"),
     ("compatible", "vllm", "400_context_length_object_error"),
     ("compatible", "vllm", "400_context_length_nested_error"),
+    ("anthropic", "anthropic", "400_prompt_too_long"),
 ]
 SHORT_STEPS = 14
 LONG_STEPS = 200
@@ -34,6 +35,9 @@ WHOLE_READ_EVERY = 10  # every so many steps the model reads all of big.txt, far
 
 
 def is_summary(request) -> bool:
+    system = (request.body or {}).get("system")  # Anthropic's system apart, in blocks
+    if isinstance(system, list) and [block.get("text") for block in system] == [COMPACTION_INSTRUCTIONS]:
+        return True
     messages = (request.body or {}).get("messages") or []
     return bool(messages) and messages[0].get("content") == COMPACTION_INSTRUCTIONS
 
@@ -66,13 +70,16 @@ class ServerWindowCase(LoopCase):
     async def open_server(self, kind: str, window: int, refusals: list[tuple[str, str]]) -> None:
         await self.ws.close()  # these tests read the store and the server's requests, not the events
         native = kind == "ollama"
-        summary = (lambda n: ollama_reply(SUMMARY.format(n=n))) if native else (
-            lambda n: reply(SUMMARY.format(n=n), max_piece=WHOLE))
+        self.kind, self.native = kind, native
+
+        def summary(n: int):
+            return self.answer(SUMMARY.format(n=n))
+
         self.server = await WindowedModel(window, refusals, is_summary, summary).__aenter__()
         self.addAsyncCleanup(self.server.__aexit__, None, None, None)
-        self.native = native
         saved = await call(self.app, "providers_save", {"name": f"Windowed {kind}", "kind": kind,
-                                                        "url": self.server.base if native else self.server.url,
+                                                        "url": self.server.base if kind in ("ollama", "anthropic")
+                                                        else self.server.url,
                                                         "key": KEY})
         self.assertEqual(saved.status, 200, saved.body)
         self.modelref = f"{saved.json()['id']}/scripted-model"
@@ -82,6 +89,8 @@ class ServerWindowCase(LoopCase):
     def answer(self, text: str = "", calls: tuple = ()):
         if self.native:
             return ollama_reply(text, tool_calls=calls)
+        if self.kind == "anthropic":
+            return anthropic_reply(text, tool_calls=calls, max_piece=WHOLE)
         return reply(text, tool_calls=calls, max_piece=WHOLE)
 
     async def walk(self, steps: int, prompt: str = "Walk through big.txt, a part at a time.") -> dict:
@@ -101,7 +110,8 @@ class ServerWindowCase(LoopCase):
                 for part in message["parts"] if part["kind"] == "tool"]
 
     def chats(self) -> list:
-        return [r for r in self.server.requests if r.path.endswith("/chat/completions") or r.path == "/api/chat"]
+        return [r for r in self.server.requests
+                if r.path.endswith("/chat/completions") or r.path in ("/api/chat", "/v1/messages")]
 
     async def assert_never_ended_on_the_window(self, session: dict, steps: int) -> None:
         self.assertEqual((session["status"], session["error"]), ("idle", None))

@@ -13,6 +13,7 @@ from tests.model_server import (
     sse_cases,
     stream_providers,
 )
+from totem.agent.kinds import kind_named
 from totem.agent.provider_errors import (
     KIND_AUTH,
     KIND_BILLING,
@@ -46,6 +47,8 @@ from totem.agent.stream import (
 )
 
 CASES = [(p, c) for p in stream_providers() for c in expected_cases(p)]
+# The fixtures of a wire that is not OpenAI's chunks go through their kind's decoder.
+NATIVE_KINDS = frozenset({"anthropic"})
 SEEDS = (0, 1, 2)
 
 
@@ -58,8 +61,17 @@ def pieces(body: bytes, seed: int, max_piece: int = 17) -> list[bytes]:
     return out
 
 
-def decode(body: bytes, seed: int = 0) -> tuple[ChatAccumulator, SseDecoder, list]:
-    decoder, accumulator, events = SseDecoder(), ChatAccumulator(), []
+def decode(body: bytes, seed: int = 0, provider: str = "openai") -> tuple[ChatAccumulator, SseDecoder | None, list]:
+    """The body through the SSE decoder and the accumulator, or through the decoder of the kind of
+    a provider with a wire of its own (NATIVE_KINDS; its SSE decoder is its own: None)."""
+    accumulator, events = ChatAccumulator(), []
+    if provider in NATIVE_KINDS:
+        native = kind_named(provider).decoder(accumulator)
+        for piece in pieces(body, seed):
+            events += native.feed(piece)
+        events += native.close() + accumulator.finish()
+        return accumulator, None, events
+    decoder = SseDecoder()
     for piece in pieces(body, seed):
         for event in decoder.feed(piece):
             events += accumulator.feed_sse(event)
@@ -98,7 +110,7 @@ def test_accumulator_fixture_case_matches_expected(provider, case):
     """Every case of every NAME.expected.json comes out exactly, whatever the piece sizes."""
     body, expected = sse_cases(provider)[case], expected_cases(provider)[case]
     for seed in SEEDS:
-        accumulator, decoder, _ = decode(body, seed)
+        accumulator, decoder, _ = decode(body, seed, provider)
         assert summary(accumulator, decoder, expected) == expected_fields(expected), seed
 
 
@@ -106,8 +118,8 @@ def test_accumulator_fixture_case_matches_expected(provider, case):
 def test_accumulator_fixture_case_failure_matches_ending(provider, case):
     """A case fails exactly when it has an in-stream error or ends without a finish reason."""
     expected = expected_cases(provider)[case]
-    accumulator, _, events = decode(sse_cases(provider)[case])
-    should_fail = expected["error"] is not None or expected["finish_reason"] in (None, "error")
+    accumulator, _, events = decode(sse_cases(provider)[case], provider=provider)
+    should_fail = expected["error"] is not None or expected["finish_reason"] in (None, "error", "refusal")
     errors = [e for e in events if isinstance(e, StreamError)]
     assert (accumulator.result().failure is not None) == should_fail
     assert len(errors) == (1 if should_fail else 0)
@@ -118,7 +130,7 @@ def test_accumulator_fixture_case_failure_matches_ending(provider, case):
 def test_sse_decoder_other_line_endings_same_result(provider, case, ending):
     """CRLF and lone-CR line endings (WHATWG allows all three) decode to the same result."""
     body, expected = sse_cases(provider)[case], expected_cases(provider)[case]
-    accumulator, decoder, _ = decode(body.replace(b"\n", ending), seed=3)
+    accumulator, decoder, _ = decode(body.replace(b"\n", ending), seed=3, provider=provider)
     assert summary(accumulator, decoder, expected) == expected_fields(expected)
 
 
@@ -524,6 +536,14 @@ ERROR_EXPECTATIONS = {
     ("lmstudio", "401_api_token_required"): (KIND_AUTH, False, None),
     ("vllm", "400_context_length_object_error"): (KIND_CONTEXT_LENGTH, False, None),
     ("vllm", "400_context_length_nested_error"): (KIND_CONTEXT_LENGTH, False, None),
+    ("anthropic", "401_authentication_error"): (KIND_AUTH, False, None),
+    ("anthropic", "400_prompt_too_long"): (KIND_CONTEXT_LENGTH, False, None),
+    ("anthropic", "400_credit_balance_too_low"): (KIND_BILLING, False, None),
+    ("anthropic", "404_model_not_found"): (KIND_MODEL_NOT_FOUND, False, None),
+    ("anthropic", "413_request_too_large"): (KIND_REQUEST_TOO_LARGE, False, None),
+    ("anthropic", "429_rate_limit_error"): (KIND_RATE_LIMIT, True, 24.0),
+    ("anthropic", "500_api_error"): (KIND_SERVER, True, None),
+    ("anthropic", "529_overloaded_error"): (KIND_OVERLOADED, True, None),
     ("any", "502_html_from_edge_proxy"): (KIND_SERVER, True, None),
 }
 # The window each context-length case states, as the error's `window` (None: it states none).
@@ -538,6 +558,7 @@ STATED_WINDOWS = {
     ("lmstudio", "400_context_overflow_string_error"): 4096,
     ("vllm", "400_context_length_object_error"): 8192,
     ("vllm", "400_context_length_nested_error"): 8192,
+    ("anthropic", "400_prompt_too_long"): 200000,
 }
 ERRORS = error_fixtures()
 # errors.json's retry vocabulary: which policies mean "try the same request again later".

@@ -7,7 +7,7 @@ cancelled (abort) or leaves early; `request_json` for small calls (model lists) 
 and `stream_chat`, which sends a chat request shaped by the provider's kind (`kinds/`) and feeds
 the live answer, through the kind's decoder, to the chunk accumulator (`stream.py`).
 
-Must not: log, or put request headers (Authorization) into any message or exception; retry (the
+Must not: log, or put request headers (the key's) into any message or exception; retry (the
 agent loop decides, from `ProviderError.retry`); read HTTP framing itself (httpwire.py does),
 frame or parse chunks (the kind's decoder, sse.py and stream.py do), or ask which kind a
 provider is; use threads. One connection per request
@@ -56,6 +56,8 @@ class StreamingKind(Protocol):
     client knows no kind, so the kinds may use the client without a circle."""
 
     def stream_request(self, body: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, Any]]: ...
+
+    def auth_headers(self, key: str) -> dict[str, str]: ...
 
     def decoder(self, accumulator: ChatAccumulator) -> AnswerDecoder: ...
 
@@ -228,7 +230,7 @@ async def stream_chat(kind: StreamingKind, url: str, key: str | None, body: Mapp
     kind_headers, request_body = kind.stream_request(body)
     request_headers = {**kind_headers, **(headers or {})}
     if key:
-        request_headers["Authorization"] = f"Bearer {key}"
+        request_headers.update(kind.auth_headers(key))  # the kind's headers, never the body or the URL
     accumulator = ChatAccumulator()
     async with open_stream("POST", url, request_headers, request_body,
                            connect_timeout, read_timeout, encoder) as response:

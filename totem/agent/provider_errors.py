@@ -90,10 +90,11 @@ _CONTEXT_PATTERN = re.compile(
     r"|`inputs` tokens \+ `max_new_tokens`|reduce the length of the messages", re.I)
 # The window a context-length error states, in each provider's wording (errors.json): OpenAI,
 # vLLM, DeepSeek, OpenRouter "maximum context length is N tokens", Mistral "with N maximum context
-# length", llama.cpp "context size (N tokens)", LM Studio "n_ctx: N", Together "must be <= N".
+# length", llama.cpp "context size (N tokens)", LM Studio "n_ctx: N", Together "must be <= N",
+# Anthropic "prompt is too long: 208310 tokens > 200000 maximum".
 _STATED_WINDOW_PATTERNS = tuple(re.compile(pattern, re.I) for pattern in (
     r"maximum context length is (\d+)", r"(\d+) maximum context length", r"context size \((\d+) tokens\)",
-    r"n_ctx:\s*(\d+)", r"max_new_tokens` must be <= (\d+)"))
+    r"n_ctx:\s*(\d+)", r"max_new_tokens` must be <= (\d+)", r"tokens > (\d+) maximum"))
 _PER_MINUTE_PATTERN = re.compile(r"per minute|\(TPM\)|\(RPM\)", re.I)
 _MODEL_NAME_PATTERN = re.compile(r"""model\s+['"`]([^'"`]+)['"`]\s+not found""", re.I)
 _TRY_AGAIN_PATTERN = re.compile(r"try again in\s+((?:\d+(?:\.\d+)?\s*(?:ms|h|m|s)\s*)+)", re.I)
@@ -204,7 +205,8 @@ def _error_kind(status: int, parsed: _ErrorBody) -> str:
     detail, code, etype = parsed.detail.lower(), str(parsed.code or "").lower(), parsed.type.lower()
     if 300 <= status < 400:
         return KIND_REDIRECT
-    if "insufficient_quota" in (code, etype) or status == 402 or "insufficient balance" in detail:
+    if ("insufficient_quota" in (code, etype) or status == 402 or "insufficient balance" in detail
+            or "credit balance is too low" in detail):  # Anthropic says it with a 400
         return KIND_BILLING
     if status == 401 or etype == "authentication_error" or code == "invalid_api_key":
         return KIND_AUTH

@@ -26,7 +26,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from totem.agent.kinds import KINDS, Fetch, ModelInfo, ProviderKind, ProviderTarget
-from totem.agent.kinds.base import positive
+from totem.agent.kinds.base import PRICE_TOKENS, positive, price_of
 from totem.agent.provider_errors import ModelError, ProviderError
 from totem.security.vault import VaultError
 
@@ -219,7 +219,8 @@ class Providers:
         if (problem := url_problem(url)) is not None:
             raise ValueError(f"url {problem}")
         try:
-            models = await self._kinds[kind].models(Fetch(url, key, timeout))
+            adapter = self._kinds[kind]
+            models = await adapter.models(Fetch(url, key, timeout, adapter))
         except ProviderError as exc:
             exc.message = redact(exc.message, key)
             exc.args = (exc.message,)
@@ -328,7 +329,7 @@ class Providers:
         kind = self._kinds.get(row["kind"])
         if kind is None:
             raise ModelError(f"provider {row['name']} is of a kind Totem no longer speaks ({row['kind'][:64]})")
-        fetch = Fetch(row["url"], key, TARGET_LOOKUP_TIMEOUT_SECONDS)
+        fetch = Fetch(row["url"], key, TARGET_LOOKUP_TIMEOUT_SECONDS, kind)
         listed = self._cached_model(row, model)
         context = await kind.context_window(fetch, model, listed["context"] if listed else None)
         taught = self._refused.get(model_ref)
@@ -374,6 +375,9 @@ def _finish(models: Models, template: dict) -> Models:
         for flag in ("tools", "reasoning"):
             if model[flag] is None and flag in hint:
                 model[flag] = bool(hint[flag])  # otherwise None: the provider does not say
+        if model["price"] is None and isinstance(hint.get("price"), dict):
+            model["price"] = price_of(hint["price"].get("input"), hint["price"].get("output"), PRICE_TOKENS,
+                                      hint["price"].get("cacheread"), hint["price"].get("cachewrite"))
         if model["free"] is None:
             model["free"] = bool(template["local"])
         result.append(model)

@@ -26,6 +26,7 @@ from totem.agent.provider_errors import (
     KIND_CONNECTION,
     KIND_CONTEXT_LENGTH,
     KIND_INVALID_RESPONSE,
+    KIND_OVERLOADED,
     KIND_RATE_LIMIT,
     KIND_SERVER,
     clip_detail,
@@ -481,10 +482,13 @@ class ChatAccumulator:
             kind = KIND_CONTEXT_LENGTH  # LM Studio reports context overflow inside a 200 stream
         elif status == 429 or "rate_limit" in words or "rate-limit" in words:
             kind = KIND_RATE_LIMIT
+        elif status in (503, 529) or "overloaded" in words:
+            kind = KIND_OVERLOADED  # Anthropic's overloaded_error event
         else:
             kind = KIND_SERVER
-        retry = kind == KIND_RATE_LIMIT or status in RETRYABLE_STATUSES or any(
-            word in words for word in ("server_error", "overloaded", "unavailable"))
+        # api_error and timeout_error are Anthropic's names of a server's passing failure.
+        retry = kind in (KIND_RATE_LIMIT, KIND_OVERLOADED) or status in RETRYABLE_STATUSES or any(
+            word in words for word in ("server_error", "unavailable", "api_error", "timeout_error"))
         self.failure = f"The provider reported an error during the answer: {clip_detail(detail)}"
         return StreamError(self.failure, status, code, retry, kind)
 

@@ -3,12 +3,14 @@
 Owns: `ProviderKind`, the one small Protocol through which providers.py, client.py and the agent
 loop reach a provider without asking which kind it is (its decoder is stream.py's
 `AnswerDecoder`); `ProviderTarget`, where and how to call one model;
-`Fetch`, which GETs and POSTs JSON with a provider's key (for the models endpoints); and the small
+`Fetch`, which GETs and POSTs JSON with a provider's key (for the models endpoints); `bearer_headers`,
+the key as most kinds send it; and the small
 readers that the models lists of several kinds share (`model_info`, `entries`, `positive`,
 `price_of`, `as_object`, `as_list`, `server_root`, `shape_error`).
 
-Must not: know any one kind (kinds/openai.py and kinds/ollama.py do), stream (client.py does),
-touch the store, or put a key anywhere but in an Authorization header.
+Must not: know any one kind (kinds/openai.py, kinds/ollama.py and kinds/anthropic.py do), stream
+(client.py does), touch the store, or put a key anywhere but in the headers its kind's
+`auth_headers` names.
 """
 
 from __future__ import annotations
@@ -71,6 +73,11 @@ class ProviderKind(Protocol):
         """The chat endpoint of a provider saved with the base URL `url`."""
         ...
 
+    def auth_headers(self, key: str) -> dict[str, str]:
+        """The headers that carry `key` on every request to this kind (chat and models): the only
+        place a key goes."""
+        ...
+
     async def models(self, fetch: Fetch) -> list[ModelInfo]:
         """Every model the provider at `fetch.url` offers, from the richest endpoint of this kind
         (not yet filtered by the template). Raises ProviderError."""
@@ -117,14 +124,20 @@ class ProviderTarget:
     price: Price | None = None  # from the catalog, when it gives one: an answer's cost
 
 
+def bearer_headers(key: str) -> dict[str, str]:
+    """The key as the OpenAI-compatible servers and Ollama take it."""
+    return {"Authorization": f"Bearer {key}"}
+
+
 class Fetch:
-    """GET and POST JSON with the provider's key; the key stays in the Authorization header."""
+    """GET and POST JSON with the provider's key; the key stays in the headers of `kind` (its
+    `auth_headers`; a Bearer Authorization header without a kind)."""
 
     __slots__ = ("url", "_headers", "timeout")
 
-    def __init__(self, url: str, key: str | None, timeout: float):
+    def __init__(self, url: str, key: str | None, timeout: float, kind: ProviderKind | None = None):
         self.url = url
-        self._headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self._headers = (kind.auth_headers(key) if kind is not None else bearer_headers(key)) if key else {}
         self.timeout = timeout
 
     def __repr__(self) -> str:

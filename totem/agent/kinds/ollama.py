@@ -22,6 +22,7 @@ from totem.agent.kinds.base import (
     ModelInfo,
     ProviderTarget,
     as_object,
+    bearer_headers,
     entries,
     model_info,
     positive,
@@ -68,6 +69,9 @@ class OllamaNative:
 
     def chat_url(self, url: str) -> str:
         return server_root(url) + "/api/chat"
+
+    def auth_headers(self, key: str) -> dict[str, str]:
+        return bearer_headers(key)  # a key only matters behind a proxy (or for ollama.com)
 
     async def models(self, fetch: Fetch) -> list[ModelInfo]:
         """GET /api/tags, then POST /api/show for each model (a few at a time) for its capabilities

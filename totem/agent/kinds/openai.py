@@ -25,6 +25,7 @@ from totem.agent.kinds.base import (
     ProviderTarget,
     as_list,
     as_object,
+    bearer_headers,
     entries,
     model_info,
     positive,
@@ -85,6 +86,9 @@ class OpenAICompatible:
 
     def chat_url(self, url: str) -> str:
         return self.api_base(url) + "/chat/completions"
+
+    def auth_headers(self, key: str) -> dict[str, str]:
+        return bearer_headers(key)
 
     async def models(self, fetch: Fetch) -> list[ModelInfo]:
         """GET {base}/models."""
@@ -173,7 +177,12 @@ class OpenRouter(OpenAICompatible):
         details = message.get(REASONING_DETAILS)
         if not isinstance(details, list):
             return super().message(message)
-        return {**message, REASONING_DETAILS: merge_reasoning_details(details)}
+        # Only OpenRouter's own details (reasoning.*): a step answered by another kind (Anthropic's
+        # thinking blocks) in the same session is not OpenRouter's to read.
+        own = [d for d in details if not isinstance(d, dict) or str(d.get("type", "")).startswith("reasoning.")]
+        if not own:
+            return super().message(message)
+        return {**message, REASONING_DETAILS: merge_reasoning_details(own)}
 
     def stream_request(self, body: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, Any]]:
         headers, request = super().stream_request(body)
