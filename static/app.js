@@ -19,6 +19,7 @@ import { enableCopyButtons } from '/markdown.js';
 import { enableSaveAs } from '/saveas.js';
 import { paintSessionUsage } from '/usage.js';
 import { enableExports } from '/exports.js';
+import { Attention } from '/attention.js';
 
 const MESSAGE_PAGE = 200;
 const SESSION_PAGE = 100;
@@ -70,6 +71,13 @@ const terminal = new TerminalPanel();
 const schedules = new SchedulesDialog({ catalog: () => state.catalog, onOpenSession: openSessionById,
   onChange: (list) => { state.schedules = list; paintSessions(); } });
 const socket = new Socket({ onEvent, onOpen: resync, onState: paintConnection });
+const attention = new Attention({
+  onChange: () => paintTitle(),
+  onOpen: (sessionid) => {
+    const session = state.sessions.find((s) => s.id === sessionid);
+    if (session) selectSession(session);
+  },
+});
 enableCopyButtons(byId('conversation'));
 enableSaveAs(byId('conversation'), { sessionid: () => state.session?.id,
   validation: (messageid) => conversation.validationOf(messageid) });
@@ -92,7 +100,7 @@ function paintTitle() {
   const mark = byId('toggle-side-waiting'); // the Sessions toggle says it too, on a phone
   mark.hidden = !waiting;
   mark.textContent = waiting ? `? ${waiting}` : '';
-  document.title = `${waiting ? `(${waiting}) ` : ''}${state.session ? `${state.session.name} · ` : ''}Totem`;
+  document.title = `${attention.mark()}${waiting ? `(${waiting}) ` : ''}${state.session ? `${state.session.name} · ` : ''}Totem`;
 }
 
 function paintSession() {
@@ -594,6 +602,7 @@ async function sendPrompt(body, { fromComposer = true } = {}) {
     return;
   }
   conversation.follow(); // your message, and the answer after it, in view
+  attention.askOnce(); // the person's own click: the one moment to ask for notifications
   const sessionid = state.session.id;
   try {
     await api('sessions_prompt', { id: sessionid, body });
@@ -690,6 +699,7 @@ function onEvent(event) {
       schedules.sessionChanged(sessionid);
       const session = state.sessions.find((s) => s.id === sessionid);
       if (!session) return;
+      if (session.status === 'running' && data.status !== 'running' && !session.parent) attention.runEnded(session, data.status);
       session.status = data.status;
       paintSessions();
       if (!current) return;
@@ -741,8 +751,14 @@ function onEvent(event) {
       return;
     }
     case EVENTS.TERMINAL_EXIT: terminal.exited(sessionid, data.status); return;
-    case EVENTS.PERMISSION_ASK: questions.askPermission(sessionid, { ...data, sessionid }); return;
-    case EVENTS.QUESTION_ASK: questions.askQuestion(sessionid, { ...data, sessionid }); return;
+    case EVENTS.PERMISSION_ASK:
+      questions.askPermission(sessionid, { ...data, sessionid });
+      attention.question(state.sessions.find((s) => s.id === sessionid), data.id, `Allow ${data.tool}? ${data.reason ?? ''}`.trim());
+      return;
+    case EVENTS.QUESTION_ASK:
+      questions.askQuestion(sessionid, { ...data, sessionid });
+      attention.question(state.sessions.find((s) => s.id === sessionid), data.id, data.text ?? '');
+      return;
     case EVENTS.PERMISSION_REPLIED:
     case EVENTS.QUESTION_REPLIED: questions.remove(sessionid, data.id); return;
     default:
