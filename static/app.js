@@ -114,8 +114,7 @@ function paintSession() {
   byId('open-schedules').disabled = !project;
   byId('session-settings').hidden = !session;
   byId('session-compact').hidden = !session;
-  byId('session-export').hidden = !session;
-  byId('session-export-md').hidden = !session;
+  byId('session-export-menu').hidden = !session;
   byId('project-title').textContent = project ? project.path : '';
   byId('session-view').hidden = !project;
   byId('session-title').textContent = session ? session.name : 'New session';

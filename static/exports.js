@@ -45,10 +45,41 @@ async function importFile(file, project, onImported) {
   }
 }
 
+// A button that opens a small menu under it: a click or Enter opens it with the focus on its
+// first item, arrows move, Escape or a click elsewhere closes it. Returns its close().
+function enableMenu(button, menu) {
+  const items = () => [...menu.querySelectorAll('[role=menuitem]')];
+  const close = (refocus = false) => {
+    menu.hidden = true;
+    button.setAttribute('aria-expanded', 'false');
+    if (refocus) button.focus();
+  };
+  button.addEventListener('click', () => {
+    if (!menu.hidden) { close(); return; }
+    menu.hidden = false;
+    button.setAttribute('aria-expanded', 'true');
+    items()[0]?.focus();
+  });
+  menu.addEventListener('keydown', (event) => {
+    const list = items();
+    const at = list.indexOf(document.activeElement);
+    if (event.key === 'Escape') { event.preventDefault(); close(true); }
+    if (event.key === 'ArrowDown' || event.key === 'ArrowUp') {
+      event.preventDefault();
+      list[(at + (event.key === 'ArrowDown' ? 1 : list.length - 1)) % list.length]?.focus();
+    }
+  });
+  document.addEventListener('click', (event) => {
+    if (!menu.hidden && !menu.contains(event.target) && event.target !== button) close();
+  });
+  return close;
+}
+
 // session(), project(): the open ones; onImported(session): open the new one.
 export function enableExports({ session, project, onImported }) {
-  byId('session-export').addEventListener('click', () => { if (session()) exportSession(session(), 'json'); });
-  byId('session-export-md').addEventListener('click', () => { if (session()) exportSession(session(), 'markdown'); });
+  const close = enableMenu(byId('session-export-open'), byId('session-export-items'));
+  byId('session-export').addEventListener('click', () => { close(); if (session()) exportSession(session(), 'json'); });
+  byId('session-export-md').addEventListener('click', () => { close(); if (session()) exportSession(session(), 'markdown'); });
   const input = byId('import-file');
   byId('import-session').addEventListener('click', () => { if (project()) input.click(); });
   input.addEventListener('change', () => {

@@ -318,3 +318,32 @@ def test_an_undone_prompt_comes_back_to_the_box_and_drafts_outlive_a_reload(live
     expect(page.locator("#session-title")).to_have_text("Drafts")
     expect(page.locator(".msg.assistant .md").last).to_have_text("Thought about it.")
     expect(page.locator("#prompt")).to_have_value("")  # a sent prompt is no draft
+
+
+@pytest.mark.parametrize("width", [1100, 1280, 1600])
+def test_a_diff_widens_the_changes_column_but_never_wraps_the_conversations_head(live, page, width):
+    """Opening a diff gives the Changes column room (up to 520 px) while the conversation's head
+    (title, status, its buttons) keeps one line, and every button of the session list stays
+    inside it."""
+    page.set_viewport_size({"width": width, "height": 800})
+    project = live.project(f"wide{width}", {"a.txt": "alpha\n"})
+    git(project["path"], "init", "-q", "-b", "main")
+    git(project["path"], "add", ".")
+    git(project["path"], "commit", "-q", "-m", "first")
+    session = live.session(project, "Wide")
+    open_session(page, project, session)
+    live.model.script(reply(tool_calls=[("write", {"path": "src/f.py", "content": "x = '" + "y" * 400 + "'\n"})]),
+                      reply("Done."))
+    prompt_autoaccept(live, session, "go")
+    expect(page.locator(".msg.assistant .md").last).to_have_text("Done.")
+    before = page.locator("#panels").bounding_box()["width"]
+    page.locator("#diff-files li[data-path]").first.click()
+    expect(page.locator("#diff-view")).to_be_visible()
+    after = page.locator("#panels").bounding_box()["width"]
+    assert after >= before and (after > before or width < 1200), (before, after)
+    title, last = page.locator("#session-title").bounding_box(), page.locator("#terminal-toggle").bounding_box()
+    assert abs((title["y"] + title["height"] / 2) - (last["y"] + last["height"] / 2)) < 8, (title, last)
+    side = page.locator("#side").bounding_box()
+    for button in ("#new-session", "#import-session"):
+        box = page.locator(button).bounding_box()
+        assert side["x"] <= box["x"] and box["x"] + box["width"] <= side["x"] + side["width"], (button, box, side)

@@ -24,12 +24,20 @@ def test_export_then_import_opens_the_copy(live, page, tmp_path):
     expect(page.locator(".msg.assistant").last).to_contain_text("An answer to take along.")
     live.wait_run_end(session)
 
+    page.get_by_role("button", name="Export ▾").click()
+    expect(page.get_by_role("menuitem", name="JSON, to import")).to_be_focused()
+    page.keyboard.press("Escape")
+    expect(page.locator("#session-export-items")).to_be_hidden()
+    expect(page.get_by_role("button", name="Export ▾")).to_be_focused()
+    page.get_by_role("button", name="Export ▾").click()
     with page.expect_download() as markdown:
-        page.click("#session-export-md")
+        page.get_by_role("menuitem", name="Markdown, to read").click()
+    expect(page.locator("#session-export-items")).to_be_hidden()
     text = markdown.value.path().read_text(encoding="utf-8")
     assert "An answer to take along." in text and text.startswith("# ")
+    page.get_by_role("button", name="Export ▾").click()
     with page.expect_download() as exported:
-        page.click("#session-export")
+        page.get_by_role("menuitem", name="JSON, to import").click()
     assert exported.value.suggested_filename.endswith(".json")
     document = json.loads(exported.value.path().read_text(encoding="utf-8"))
     assert document["version"] == 1
