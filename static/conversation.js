@@ -506,6 +506,7 @@ function renderTool(view, { onOpenChange, sessionHref } = {}) {
     h('summary', null,
       h('span', { className: `badge status-${status}` }, STATUS_WORDS[status] || status),
       h('span', { className: 'tool-name' }, data.tool || 'tool'),
+      typeof data.check === 'string' ? h('span', { className: 'badge tool-check', title: "One of the project's checks after the step's edits (.totem/checks.json)" }, `check ${data.check}`) : null,
       h('span', { className: 'tool-subject' }, toolSubject(data))),
     h('div', { className: 'tool-body' },
       h('div', { className: 'label' }, 'Input'),

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from totem.agent.answers import Answers
 from totem.agent.calls import ToolCalls
+from totem.agent.checks import ProjectChecks
 from totem.agent.context import load_prompt
 from totem.agent.ending import RunEnding
 from totem.agent.gate import PermissionGate
@@ -66,6 +67,7 @@ class AgentParts:
     hooks: tuple[StepHook, ...]
     requests: Requests
     ending: RunEnding
+    checks: ProjectChecks
 
 
 def assemble(store: Store, hub, registry: Registry, around: Surroundings) -> AgentParts:
@@ -90,4 +92,4 @@ def assemble(store: Store, hub, registry: Registry, around: Surroundings) -> Age
         compaction)
     requests = Requests(store, load_prompt("system.txt"), hooks, around.instructions)
     return AgentParts(questions, recorder, gate, calls, answers, project_servers, knowledge, compaction, hooks,
-                      requests, RunEnding(store, recorder))
+                      requests, RunEnding(store, recorder), ProjectChecks(calls, recorder))

@@ -189,7 +189,8 @@ def assistant_messages(message: MessageRow, marker: str) -> list[dict]:
     sent some, to go back with them), then one tool message per call, its result in an envelope
     with the run's marker."""
     text = "".join(part["text"] for part in message["parts"] if part["kind"] == "text")
-    tools = [part for part in message["parts"] if part["kind"] == "tool"]
+    tools = [part for part in message["parts"] if part["kind"] == "tool" and not part["data"].get("check")]
+    checks = [part for part in message["parts"] if part["kind"] == "tool" and part["data"].get("check")]
     answer: dict = {"role": "assistant", "content": text}
     if tools:
         answer["tool_calls"] = [{"id": part["data"]["callid"], "type": "function",
@@ -208,7 +209,31 @@ def assistant_messages(message: MessageRow, marker: str) -> list[dict]:
         result.append({"role": "tool", "tool_call_id": part["data"]["callid"],
                        "content": envelope(f"tool {part['data']['tool']}", output, marker)
                        + (instructions_block(given) if isinstance(given, list) and given else "")})
+    if checks and tools:  # what the project's checks said of the step's edits (checks.py)
+        result.append({"role": "user", "content": checks_note(checks, marker)})
     return result
+
+
+def checks_note(checks: list[Any], marker: str) -> str:
+    """The note after a step's results: each check of its edits, what became of it, and its
+    output as data in the envelope."""
+    lines = ["[The project's checks after your edits (.totem/checks.json); fix what they found, "
+             "or say why not:]"]
+    for part in checks:
+        data = part["data"]
+        result = data.get("result") if isinstance(data.get("result"), dict) else {}
+        if part["status"] == "denied":
+            state = f"not run: {data.get('error', 'refused')}"
+        elif part["status"] != "done":
+            state = f"failed: {data.get('error', 'the check did not run to its end')}"
+        elif result.get("timed_out"):
+            state = "stopped at its time limit"
+        else:
+            state = "passed" if result.get("exit_code") == 0 else f"found problems (exit {result.get('exit_code')})"
+        lines.append(f"- {data['check']} on {', '.join(data.get('files') or [])}: {state}")
+        if part["status"] == "done" and result.get("exit_code") != 0 and data.get("output"):
+            lines.append(envelope(f"check {data['check']}", str(data["output"]), marker))
+    return "\n".join(lines)
 
 
 def conversation_order(history: list[MessageRow], current: str | None = None) -> list[MessageRow]:

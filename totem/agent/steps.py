@@ -72,6 +72,7 @@ class Steps:
                     repeats = []
                 await self.parts.calls.run(request.asker, parts[call.id], call, request.limits, run.tools)
                 await self._nested_instructions(run, parts[call.id])
+            await self.parts.checks.after_step(run, list(parts.values()))
         raise StepLimitReached(f"The run stopped after {steps} model calls (the step limit); "
                                "send a prompt to go on.")
 

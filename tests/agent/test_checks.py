@@ -1,0 +1,116 @@
+"""Checks after edits: a project's `.totem/checks.json` runs its commands once per step over
+the files that step's write, edit and patch calls changed, through the permission gate like any
+command, and the model reads what they found after the step's results; a refused, failing or
+slow check never undoes the edit; a bad checks file says what is wrong."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from tests.model_server import reply
+from tests.test_ask_flow import wait_for
+from tests.test_loop import LoopCase
+from tests.utils import call, run_ended
+from totem.agent.checks import Check, read_checks
+
+LINT = '#!/bin/sh\nif grep -n TODO "$@"; then exit 1; fi\n'  # a stand-in linter: a TODO is a problem
+
+
+def test_a_check_matches_names_or_paths_and_quotes_its_files(tmp_path):
+    check = Check("lint", "*.py", "sh lint.sh {files}")
+    assert check.matching(["a.py", "src/b.py", "c.txt"]) == ["a.py", "src/b.py"]
+    assert Check("src", "src/*.py", "x").matching(["a.py", "src/b.py"]) == ["src/b.py"]
+    assert check.command_for(["a b.py", "$(rm).py"]) == "sh lint.sh 'a b.py' '$(rm).py'"
+    os.makedirs(tmp_path / ".totem")
+    (tmp_path / ".totem" / "checks.json").write_text(json.dumps({"checks": [
+        {"name": "lint", "files": "*.py", "command": "sh lint.sh {files}", "timeout": 30},
+        {"name": "bad", "files": "*.py"}, {"name": "x", "files": "*", "command": "a\nb"},
+        {"name": "y", "files": "*", "command": "c", "timeout": 0}, {"name": "z", "files": "*", "command": "c", "env": 1}]}))
+    checks, problems = read_checks(str(tmp_path))
+    assert checks == [Check("lint", "*.py", "sh lint.sh {files}", 30)]
+    assert [problem.split(": ", 1)[1] for problem in problems] == [
+        "command must be one line of text", "command must be one line of text",
+        "timeout must be whole seconds from 1 to 600", "unknown key env"]
+    (tmp_path / ".totem" / "checks.json").write_text("{nope")
+    assert read_checks(str(tmp_path))[1][0].startswith(".totem/checks.json is not JSON")
+    assert read_checks(str(tmp_path / "none")) == ([], [])
+
+
+class ChecksTest(LoopCase):
+    rules = {"write": "allow write **", "lint": "allow bash ./lint.sh *", "slow": "allow bash sleep *"}
+
+    def declare(self, *checks: dict) -> None:
+        root = self.folder("proj")
+        os.makedirs(os.path.join(root, ".totem"), exist_ok=True)
+        with open(os.path.join(root, ".totem", "checks.json"), "w") as handle:
+            json.dump({"checks": list(checks)}, handle)
+        with open(os.path.join(root, "lint.sh"), "w") as handle:
+            handle.write(LINT)
+        os.chmod(os.path.join(root, "lint.sh"), 0o755)
+
+    def notes(self, number: int) -> list[str]:
+        return [m["content"] for m in self.model.requests[number].body["messages"]
+                if m["role"] == "user" and "project's checks" in str(m["content"])]
+
+    async def parts(self) -> list[dict]:
+        messages = (await call(self.app, "sessions_messages", ident=self.session["id"])).json()["messages"]
+        return [part for message in messages for part in message["parts"]]
+
+    async def test_what_a_check_finds_returns_to_the_model_after_the_step(self):
+        self.declare({"name": "lint", "files": "*.py", "command": "./lint.sh {files}"})
+        self.model.script(reply(tool_calls=[("write", {"path": "a.py", "content": "x = 1  # TODO fix\n"}),
+                                            ("write", {"path": "notes.txt", "content": "TODO too\n"}),
+                                            ("write", {"path": "b.py", "content": "y = 2\n"})]),
+                          reply(tool_calls=[("write", {"path": "a.py", "content": "x = 1\n"})]),
+                          reply("Fixed."))
+        await self.prompt("write them")
+        await run_ended(self.app, self.session["id"])
+        [first] = self.notes(1)
+        self.assertIn("- lint on a.py, b.py: found problems (exit 1)", first)
+        self.assertIn("a.py:1:x = 1  # TODO fix", first)
+        self.assertNotIn("notes.txt", first)  # not a file of the check
+        calls = [c["id"] for m in self.model.requests[1].body["messages"] for c in m.get("tool_calls") or []]
+        self.assertFalse([c for c in calls if c.startswith("check-")], calls)  # never a call of the model's
+        earlier, second = self.notes(2)
+        self.assertEqual(earlier, first)  # the note of a step stays the same bytes in later requests
+        self.assertIn("- lint on a.py: passed", second)
+        checks = [part for part in await self.parts() if part["kind"] == "tool" and part["data"].get("check")]
+        self.assertEqual([(p["data"]["check"], p["status"], p["data"]["result"]["exit_code"]) for p in checks],
+                         [("lint", "done", 1), ("lint", "done", 0)])
+        self.assertEqual(checks[0]["data"]["decision"]["rule"]["pattern"], "./lint.sh *")
+
+    async def test_a_check_asks_like_any_command_and_a_refusal_keeps_the_edit(self):
+        self.declare({"name": "types", "files": "*.py", "command": "sh types.sh {files}"})
+        self.model.script(reply(tool_calls=[("write", {"path": "a.py", "content": "x = 1\n"})]), reply("Done."))
+        await self.prompt("write it")
+        ask = await wait_for(self.ws, "permission.ask")
+        self.assertEqual((ask["data"]["tool"], ask["data"]["input"]["command"]), ("bash", "sh types.sh a.py"))
+        self.assertIn("check types", ask["data"]["input"]["description"])
+        await call(self.app, "permissions_reply", {"reply": "reject"}, ident=ask["data"]["id"])
+        await run_ended(self.app, self.session["id"])
+        [note] = self.notes(1)
+        self.assertIn("- types on a.py: not run:", note)
+        with open(os.path.join(self.folder("proj"), "a.py")) as handle:
+            self.assertEqual(handle.read(), "x = 1\n")
+
+    async def test_a_slow_check_stops_at_its_time_limit_and_the_run_goes_on(self):
+        self.declare({"name": "slow", "files": "*.py", "command": "sleep 30", "timeout": 1})
+        self.model.script(reply(tool_calls=[("write", {"path": "a.py", "content": "x = 1\n"})]), reply("Done."))
+        await self.prompt("write it")
+        await run_ended(self.app, self.session["id"], timeout_ms=60_000)
+        [note] = self.notes(1)
+        self.assertIn("- slow on a.py: stopped at its time limit", note)
+
+    async def test_no_check_for_other_files_and_a_bad_file_says_why(self):
+        root = self.folder("proj")
+        os.makedirs(os.path.join(root, ".totem"), exist_ok=True)
+        with open(os.path.join(root, ".totem", "checks.json"), "w") as handle:
+            handle.write('{"checks": [{"name": "lint", "files": "*.py"}]}')
+        self.model.script(reply(tool_calls=[("write", {"path": "a.py", "content": "x = 1\n"})]), reply("Done."))
+        await self.prompt("write it")
+        await run_ended(self.app, self.session["id"])
+        self.assertEqual(self.notes(1), [])
+        validations = [part for part in await self.parts() if part["kind"] == "validation"]
+        self.assertEqual(validations[0]["data"]["problems"],
+                         [".totem/checks.json checks[0]: command must be one line of text"])
