@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import http
+import itertools
 import json
 import os
 import random
@@ -244,6 +245,9 @@ def anthropic_reply(text: str = "", *, max_piece: int = DEFAULT_MAX_PIECE, **opt
 # --- Gemini's GenerateContentResponses (fixtures/providers/gemini.md) ----------------------------
 
 
+_RESPONSE_IDS = itertools.count(1)
+
+
 def gemini_event(data: dict) -> str:
     """One server-sent event of streamGenerateContent?alt=sse (Google ends its lines with CRLF)."""
     return f"data: {json.dumps(data, separators=(',', ':'))}\r\n\r\n"
@@ -258,11 +262,14 @@ def gemini_error(code: int = 503, status: str = "UNAVAILABLE",
 def gemini_events(text: str = "", *, thinking: str | None = None, signature: str | None = None,
                   tool_calls: tuple | list = (), finish: str | None = None, prompt_tokens: int = 10,
                   cached: int = 0, output_tokens: int = 5, thoughts_tokens: int = 0,
-                  response_id: str = "scripted-response") -> list[str]:
+                  response_id: str | None = None) -> list[str]:
     """A whole answer as Gemini streams it, one response per part: thought text (thought: true),
     the text, the calls ((name, args) pairs, each a whole functionCall part; the first carries
     `signature`, or the text does when there is no call), the last response with the finish
-    reason; every response with the usage so far."""
+    reason; every response with the usage so far and the answer's `response_id` (a fresh one
+    by default: Totem makes the ids of the calls from it)."""
+    response_id = response_id or f"scripted-{next(_RESPONSE_IDS)}"
+
     def usage(output: int) -> dict:
         counts = {"promptTokenCount": prompt_tokens, "candidatesTokenCount": output,
                   "totalTokenCount": prompt_tokens + output + thoughts_tokens}
