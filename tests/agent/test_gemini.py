@@ -31,6 +31,7 @@ from totem.agent.kinds import Fetch, ProviderTarget, kind_named
 from totem.agent.kinds.gemini import (
     ANSWER_TOKENS,
     BLOCKED_SENTENCE,
+    NO_SIGNATURE,
     REFUSAL_SENTENCE,
     SIGNATURE_DETAIL,
     THINKING_BUDGETS,
@@ -213,6 +214,19 @@ def test_reasoning_levels_are_thinking_budgets():
     assert body["generationConfig"] == {"maxOutputTokens": ANSWER_TOKENS}
     GEMINI.set_temperature(body, 0.2)
     assert body["generationConfig"]["temperature"] == 0.2
+
+
+def test_gemini_3_gets_a_placeholder_for_calls_it_did_not_sign():
+    """Gemini 3 refuses a call in the history without a signature: the first unsigned call of each
+    model turn (a step another model answered) gets the placeholder Google documents, a signed one
+    keeps its own; older models get none."""
+    unsigned = [{"type": SIGNATURE_DETAIL, "signature": TEXT_SIGNATURE}]
+    parts = GEMINI.request_body(target("gemini-3-pro-preview"), messages(unsigned), TOOLS, None)["contents"][1]["parts"]
+    assert [part.get("thoughtSignature") for part in parts] == [TEXT_SIGNATURE, NO_SIGNATURE, None]
+    signed = GEMINI.request_body(target("gemini-3-pro-preview"), messages(), TOOLS, None)["contents"][1]["parts"]
+    assert [part.get("thoughtSignature") for part in signed] == [TEXT_SIGNATURE, SIGNATURE, None]
+    older = GEMINI.request_body(target(), messages(unsigned), TOOLS, None)
+    assert NO_SIGNATURE not in json.dumps(older)
 
 
 def test_other_kinds_never_get_gemini_signatures():

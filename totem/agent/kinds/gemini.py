@@ -53,6 +53,10 @@ THINKING_MODELS = ("gemini-2.5", "gemini-3", "gemini-flash-latest", "gemini-flas
                    "gemini-pro-latest")
 ALWAYS_THINKING_MODELS = ("gemini-2.5-pro", "gemini-3", "gemini-pro-latest")
 SMALLEST_BUDGET = 128
+# What Gemini 3 takes in place of the signature of a call made without one (by another model or
+# kind): it refuses a functionCall of the current turn without a signature.
+SIGNED_MODELS = ("gemini-3",)
+NO_SIGNATURE = "skip_thought_signature_validator"
 # The kind of reasoning_details entry that holds a thought signature: only this kind reads it.
 SIGNATURE_DETAIL = "gemini.signature"
 MODELS_PAGE_SIZE = 1000
@@ -92,8 +96,7 @@ class Gemini:
 
     def chat_url(self, url: str, model: str = "") -> str:
         """The model is in the path (a model id given with its "models/" prefix works too)."""
-        ident = model[len(MODEL_PREFIX):] if model.startswith(MODEL_PREFIX) else model
-        return f"{self.api_base(url)}/models/{quote(ident, safe='')}:streamGenerateContent?alt=sse"
+        return f"{self.api_base(url)}/models/{quote(_bare(model), safe='')}:streamGenerateContent?alt=sse"
 
     def auth_headers(self, key: str) -> dict[str, str]:
         return {"x-goog-api-key": key}
@@ -126,6 +129,8 @@ class Gemini:
     def request_body(self, target: ProviderTarget, messages: list[ChatMessage],
                      tools: list[dict[str, Any]], reasoning: str | None) -> dict[str, Any]:
         system, contents = native_contents(messages)
+        if _bare(target.model).startswith(SIGNED_MODELS):
+            sign_unsigned_calls(contents)
         body: dict[str, Any] = {"contents": contents}
         if system:
             body["systemInstruction"] = {"parts": [{"text": system}]}
@@ -153,11 +158,30 @@ class Gemini:
 # --- the request -------------------------------------------------------------------------------
 
 
+def sign_unsigned_calls(contents: list[ChatMessage]) -> None:
+    """Give the first call of each model turn that has none the placeholder signature Gemini 3
+    documents for calls it did not make (a step answered by another model); the others need
+    none. The parts are copies: the signatures of the calls Gemini made stay as they came."""
+    for turn in contents:
+        if turn["role"] != "model":
+            continue
+        for index, part in enumerate(turn["parts"]):
+            if "functionCall" in part:
+                if "thoughtSignature" not in part:
+                    turn["parts"][index] = {**part, "thoughtSignature": NO_SIGNATURE}
+                break
+
+
+def _bare(model: str) -> str:
+    """A model id without its "models/" prefix."""
+    return model[len(MODEL_PREFIX):] if model.startswith(MODEL_PREFIX) else model
+
+
 def thinking_config(model: str, reasoning: str | None) -> dict[str, Any] | None:
     """The thinkingConfig of a reasoning level: a budget with the thoughts shown; "none" a budget
     of 0 (the smallest for a model that always thinks); the model's default budget without a
     level. None for a model that does not think."""
-    ident = model[len(MODEL_PREFIX):] if model.startswith(MODEL_PREFIX) else model
+    ident = _bare(model)
     if not ident.startswith(THINKING_MODELS):
         return None
     if reasoning == "none":
