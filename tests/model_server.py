@@ -1,8 +1,8 @@
 """A scripted OpenAI-compatible model server for tests: the provider edge, which we do not own.
 
 `async with ScriptedModel() as model:` listens on 127.0.0.1 (a free port) and answers
-`POST /v1/chat/completions` (and Ollama's `POST /api/chat`, Anthropic's `POST /v1/messages`) from a
-queue filled by
+`POST /v1/chat/completions` (and Ollama's `POST /api/chat`, Anthropic's `POST /v1/messages`,
+Gemini's `POST /v1beta/models/MODEL:streamGenerateContent`) from a queue filled by
 `model.script(...)`: a recorded fixture case replayed byte for byte in random-sized TCP pieces,
 a constructed stream of real `chat.completion.chunk`s, an HTTP error, a stall, a hang-up, or a
 fast stream for benchmarks. Every request is recorded in `model.requests`. The models endpoints
@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import http
+import itertools
 import json
 import os
 import random
@@ -54,6 +55,7 @@ MODEL_ROUTES = {
     "ollama_api_show": ("POST", "/api/show"),
     "ollama_api_ps": ("GET", "/api/ps"),
     "anthropic_v1_models": ("GET", "/v1/models"),
+    "gemini_v1beta_models": ("GET", "/v1beta/models"),
 }
 
 
@@ -238,6 +240,77 @@ def anthropic_events(text: str = "", *, thinking: tuple[str, str] | None = None,
 def anthropic_reply(text: str = "", *, max_piece: int = DEFAULT_MAX_PIECE, **options: Any) -> Stream:
     """`anthropic_events` as a scripted stream (no [DONE]: the Messages API has none)."""
     return Stream(anthropic_events(text, **options), done=False, max_piece=max_piece)
+
+
+# --- Gemini's GenerateContentResponses (fixtures/providers/gemini.md) ----------------------------
+
+
+_RESPONSE_IDS = itertools.count(1)
+
+
+def gemini_event(data: dict) -> str:
+    """One server-sent event of streamGenerateContent?alt=sse (Google ends its lines with CRLF)."""
+    return f"data: {json.dumps(data, separators=(',', ':'))}\r\n\r\n"
+
+
+def gemini_error(code: int = 503, status: str = "UNAVAILABLE",
+                 message: str = "The model is overloaded. Please try again later.") -> str:
+    """The error object a stream may end with after its 200."""
+    return gemini_event({"error": {"code": code, "message": message, "status": status}})
+
+
+def gemini_events(text: str = "", *, thinking: str | None = None, signature: str | None = None,
+                  tool_calls: tuple | list = (), finish: str | None = None, prompt_tokens: int = 10,
+                  cached: int = 0, output_tokens: int = 5, thoughts_tokens: int = 0,
+                  response_id: str | None = None) -> list[str]:
+    """A whole answer as Gemini streams it, one response per part: thought text (thought: true),
+    the text, the calls ((name, args) pairs, each a whole functionCall part; the first carries
+    `signature`, or the text does when there is no call), the last response with the finish
+    reason; every response with the usage so far and the answer's `response_id` (a fresh one
+    by default: Totem makes the ids of the calls from it)."""
+    response_id = response_id or f"scripted-{next(_RESPONSE_IDS)}"
+
+    def usage(output: int) -> dict:
+        counts = {"promptTokenCount": prompt_tokens, "candidatesTokenCount": output,
+                  "totalTokenCount": prompt_tokens + output + thoughts_tokens}
+        if cached:
+            counts["cachedContentTokenCount"] = cached
+        if thoughts_tokens:
+            counts["thoughtsTokenCount"] = thoughts_tokens
+        return counts
+
+    parts: list[dict] = [{"text": piece, "thought": True} for piece in _split_text(thinking or "", 2)]
+    parts += [{"text": piece} for piece in _split_text(text, 3)]
+    for name, args in tool_calls:
+        parts.append({"functionCall": {"name": name, "args": args}})
+    signed = next((part for part in parts if "functionCall" in part), None) or (parts[-1] if text else None)
+    if signature and signed is not None:
+        signed["thoughtSignature"] = signature
+    events = []
+    for index, part in enumerate(parts):
+        candidate: dict = {"content": {"parts": [part], "role": "model"}, "index": 0}
+        last = index == len(parts) - 1
+        if last:
+            candidate["finishReason"] = finish or "STOP"
+        events.append(gemini_event({"candidates": [candidate], "usageMetadata": usage(output_tokens if last else 1),
+                                    "modelVersion": MODEL_ID, "responseId": response_id}))
+    if not parts:
+        events.append(gemini_event({"candidates": [{"content": {"parts": [], "role": "model"}, "index": 0,
+                                                    "finishReason": finish or "STOP"}],
+                                    "usageMetadata": usage(output_tokens), "responseId": response_id}))
+    return events
+
+
+def gemini_reply(text: str = "", *, max_piece: int = DEFAULT_MAX_PIECE, **options: Any) -> Stream:
+    """`gemini_events` as a scripted stream (no [DONE]: Gemini has none)."""
+    return Stream(gemini_events(text, **options), done=False, max_piece=max_piece)
+
+
+def is_chat_request(request: RecordedRequest) -> bool:
+    """A chat request of any of the wires the server speaks."""
+    return request.method == "POST" and (request.path.endswith("/chat/completions")
+                                         or request.path in ("/api/chat", "/v1/messages")
+                                         or ":streamGenerateContent" in request.path)
 
 
 # --- Scripted responses ----------------------------------------------------------------------
@@ -483,8 +556,7 @@ class ScriptedModel:
                  or self._routes.get((request.method, request.path.split("?", 1)[0])))
         if route is not None:
             await self._send_json(writer, route)
-        elif request.method == "POST" and (request.path.endswith("/chat/completions")
-                                           or request.path in ("/api/chat", "/v1/messages")):
+        elif is_chat_request(request):
             response = self._script.popleft() if self._script else HttpError(
                 {"error": {"message": "ScriptedModel: no response scripted", "type": "server_error"}},
                 500)
@@ -577,7 +649,7 @@ class ScriptedModel:
 # server finds a request larger than Totem counted it, as a real tokenizer often does.
 SERVER_CHARS_PER_TOKEN = 3.0
 # The windows the context-length cases of errors.json state: a WindowedModel says its own instead.
-_FIXTURE_WINDOWS = {4096, 8192, 128000, 131072, 131073, 200000}
+_FIXTURE_WINDOWS = {4096, 8192, 128000, 131072, 131073, 200000, 1048576}
 _BIG_NUMBER = re.compile(r"\d{4,}")
 # What a model answers to the end of a prompt that Ollama cut (the script's next answer waits).
 CUT_ANSWER = "I only see the end of a conversation; what should I do?"
@@ -606,8 +678,7 @@ class WindowedModel(ScriptedModel):
         return int(len(request.raw_body) / SERVER_CHARS_PER_TOKEN) + 1
 
     async def _respond(self, request, reader, writer) -> None:
-        if request.method != "POST" or not (request.path.endswith("/chat/completions")
-                                            or request.path in ("/api/chat", "/v1/messages")):
+        if not is_chat_request(request):
             await super()._respond(request, reader, writer)
             return
         tokens, window = self.tokens(request), self.window

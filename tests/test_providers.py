@@ -23,7 +23,8 @@ TEMPLATE_URLS = {
     "openrouter": "https://openrouter.ai/api/v1", "openai": "https://api.openai.com/v1",
     "groq": "https://api.groq.com/openai/v1", "mistral": "https://api.mistral.ai/v1",
     "deepseek": "https://api.deepseek.com", "together": "https://api.together.xyz/v1",
-    "anthropic": "https://api.anthropic.com", "compatible": "http://127.0.0.1:8000/v1",
+    "anthropic": "https://api.anthropic.com", "gemini": "https://generativelanguage.googleapis.com",
+    "compatible": "http://127.0.0.1:8000/v1",
 }
 
 
@@ -86,7 +87,7 @@ class TemplatesTest(ProvidersCase):
         self.assertEqual({t["kind"]: t["url"] for t in templates}, TEMPLATE_URLS)
         self.assertEqual([t["name"] for t in templates], ["Ollama", "llama.cpp", "LM Studio", "OpenRouter", "OpenAI",
                                                           "Groq", "Mistral", "DeepSeek", "Together",
-                                                          "Anthropic", "OpenAI-compatible"])
+                                                          "Anthropic", "Google Gemini", "OpenAI-compatible"])
         for template in templates:
             self.assertEqual(set(template), {"id", "name", "kind", "url", "key", "local", "icon"})
             self.assertIn(template["key"], ("needed", "optional", "none"))

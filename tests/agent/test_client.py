@@ -49,7 +49,7 @@ CASES = [(p, c) for p in stream_providers() for c in expected_cases(p)]
 BODY = {"model": "scripted-model", "messages": [{"role": "user", "content": "hi"}]}
 OPENAI, OLLAMA = kind_named("openai"), kind_named("ollama")
 # The fixtures of a wire that is not OpenAI's chunks are read by their own kind.
-NATIVE_KINDS = frozenset({"anthropic"})
+NATIVE_KINDS = frozenset({"anthropic", "gemini"})
 RESULT_KEYS = ("content", "reasoning", "reasoning_details", "finish_reason", "usage", "error",
                "saw_done", "chunks")
 
@@ -117,7 +117,7 @@ def test_stream_chat_fixture_case_end_to_end(provider, case, transfer):
                                  max_piece=64 if transfer == "chunked" else 256))
             if provider in NATIVE_KINDS:
                 kind = kind_named(provider)
-                events = await collect(kind.chat_url(model.base), kind=kind)
+                events = await collect(kind.chat_url(model.base, "scripted-model"), kind=kind)
             else:
                 events = await collect(model.chat_url)
         expected = expected_cases(provider)[case]

@@ -241,7 +241,7 @@ class LinesKind:
     name = "lines"
     default_context = 8192
 
-    def chat_url(self, url: str) -> str:
+    def chat_url(self, url: str, model: str = "") -> str:
         return url.rstrip("/") + "/chat/completions"
 
     async def models(self, fetch):

@@ -5,7 +5,7 @@ conversation that no compaction makes fit ends the run with a sentence that says
 
 from __future__ import annotations
 
-from tests.model_server import WindowedModel, anthropic_reply, ollama_reply, reply
+from tests.model_server import WindowedModel, anthropic_reply, gemini_reply, is_chat_request, ollama_reply, reply
 from tests.test_loop import KEY, LoopCase
 from tests.utils import call, run_ended
 from totem.agent.answers import silently_truncated
@@ -25,6 +25,7 @@ REFUSALS = [
     ("together", "together", "400_context_too_long"),
     ("llamacpp", "llamacpp", "400_exceed_context_size"),
     ("lmstudio", "lmstudio", "400_context_overflow_string_error"),
+    ("gemini", "gemini", "400_input_token_count_exceeded"),
     ("compatible", "vllm", "400_context_length_object_error"),
     ("compatible", "vllm", "400_context_length_nested_error"),
     ("anthropic", "anthropic", "400_prompt_too_long"),
@@ -37,6 +38,10 @@ WHOLE_READ_EVERY = 10  # every so many steps the model reads all of big.txt, far
 def is_summary(request) -> bool:
     system = (request.body or {}).get("system")  # Anthropic's system apart, in blocks
     if isinstance(system, list) and [block.get("text") for block in system] == [COMPACTION_INSTRUCTIONS]:
+        return True
+    instruction = (request.body or {}).get("systemInstruction")  # Gemini's
+    if isinstance(instruction, dict) and [part.get("text") for part in instruction.get("parts") or []] \
+            == [COMPACTION_INSTRUCTIONS]:
         return True
     messages = (request.body or {}).get("messages") or []
     return bool(messages) and messages[0].get("content") == COMPACTION_INSTRUCTIONS
@@ -78,7 +83,7 @@ class ServerWindowCase(LoopCase):
         self.server = await WindowedModel(window, refusals, is_summary, summary).__aenter__()
         self.addAsyncCleanup(self.server.__aexit__, None, None, None)
         saved = await call(self.app, "providers_save", {"name": f"Windowed {kind}", "kind": kind,
-                                                        "url": self.server.base if kind in ("ollama", "anthropic")
+                                                        "url": self.server.base if kind in ("ollama", "anthropic", "gemini")
                                                         else self.server.url,
                                                         "key": KEY})
         self.assertEqual(saved.status, 200, saved.body)
@@ -91,6 +96,8 @@ class ServerWindowCase(LoopCase):
             return ollama_reply(text, tool_calls=calls)
         if self.kind == "anthropic":
             return anthropic_reply(text, tool_calls=calls, max_piece=WHOLE)
+        if self.kind == "gemini":
+            return gemini_reply(text, tool_calls=calls, max_piece=WHOLE)
         return reply(text, tool_calls=calls, max_piece=WHOLE)
 
     async def walk(self, steps: int, prompt: str = "Walk through big.txt, a part at a time.") -> dict:
@@ -110,8 +117,7 @@ class ServerWindowCase(LoopCase):
                 for part in message["parts"] if part["kind"] == "tool"]
 
     def chats(self) -> list:
-        return [r for r in self.server.requests
-                if r.path.endswith("/chat/completions") or r.path in ("/api/chat", "/v1/messages")]
+        return [r for r in self.server.requests if is_chat_request(r)]
 
     async def assert_never_ended_on_the_window(self, session: dict, steps: int) -> None:
         self.assertEqual((session["status"], session["error"]), ("idle", None))

@@ -48,7 +48,7 @@ from totem.agent.stream import (
 
 CASES = [(p, c) for p in stream_providers() for c in expected_cases(p)]
 # The fixtures of a wire that is not OpenAI's chunks go through their kind's decoder.
-NATIVE_KINDS = frozenset({"anthropic"})
+NATIVE_KINDS = frozenset({"anthropic", "gemini"})
 SEEDS = (0, 1, 2)
 
 
@@ -544,6 +544,15 @@ ERROR_EXPECTATIONS = {
     ("anthropic", "429_rate_limit_error"): (KIND_RATE_LIMIT, True, 24.0),
     ("anthropic", "500_api_error"): (KIND_SERVER, True, None),
     ("anthropic", "529_overloaded_error"): (KIND_OVERLOADED, True, None),
+    ("gemini", "400_api_key_invalid"): (KIND_AUTH, False, None),
+    ("gemini", "403_permission_denied"): (KIND_AUTH, False, None),
+    ("gemini", "400_input_token_count_exceeded"): (KIND_CONTEXT_LENGTH, False, None),
+    ("gemini", "400_invalid_argument"): (KIND_INVALID_REQUEST, False, None),
+    ("gemini", "400_failed_precondition"): (KIND_INVALID_REQUEST, False, None),
+    ("gemini", "404_model_not_found"): (KIND_MODEL_NOT_FOUND, False, None),
+    ("gemini", "429_resource_exhausted"): (KIND_RATE_LIMIT, True, 37.628412902),
+    ("gemini", "500_internal"): (KIND_SERVER, True, None),
+    ("gemini", "503_unavailable"): (KIND_OVERLOADED, True, None),
     ("any", "502_html_from_edge_proxy"): (KIND_SERVER, True, None),
 }
 # The window each context-length case states, as the error's `window` (None: it states none).
@@ -559,6 +568,7 @@ STATED_WINDOWS = {
     ("vllm", "400_context_length_object_error"): 8192,
     ("vllm", "400_context_length_nested_error"): 8192,
     ("anthropic", "400_prompt_too_long"): 200000,
+    ("gemini", "400_input_token_count_exceeded"): 1048576,
 }
 ERRORS = error_fixtures()
 # errors.json's retry vocabulary: which policies mean "try the same request again later".

@@ -15,7 +15,7 @@ import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from totem.agent.context import CHARS_PER_TOKEN, estimated_tokens
+from totem.agent.context import CHARS_PER_TOKEN, estimated_tokens, sent_messages
 from totem.agent.kinds.base import PRICE_TOKENS, Price
 from totem.agent.provider_errors import KIND_CONTEXT_LENGTH, ProviderError
 from totem.agent.recorder import OpenPart, Recorder
@@ -184,7 +184,7 @@ def tokens_of(usage: dict | None, body: dict, written_chars: int, price: Price |
     if isinstance(given_in, int) and isinstance(given_out, int):
         tokens: dict = {"input": given_in, "output": given_out, "estimated": False}
     else:
-        tokens = {"input": estimated_tokens(body.get("messages") or [], body.get("tools") or []),
+        tokens = {"input": estimated_tokens(sent_messages(body), body.get("tools") or []),
                   "output": int(written_chars / CHARS_PER_TOKEN) + 1, "estimated": True}
     read, written = cache_tokens(usage) if not tokens["estimated"] else (0, 0)
     read, written = min(read, tokens["input"]), min(written, tokens["input"] - min(read, tokens["input"]))
@@ -230,7 +230,7 @@ def silently_truncated(usage: Any, body: dict[str, Any]) -> ProviderError | None
     read = usage.get("prompt_tokens") if isinstance(usage, dict) else None
     if not isinstance(window, int) or not isinstance(read, int) or read <= 0:
         return None
-    sent = estimated_tokens(body.get("messages") or [], body.get("tools") or [])
+    sent = estimated_tokens(sent_messages(body), body.get("tools") or [])
     if sent <= window * TRUNCATION_MARGIN or read > window or read >= sent / TRUNCATION_MARGIN:
         return None
     return ProviderError(f"The server read only {read} of the about {sent} tokens of the prompt: it cut "

@@ -349,6 +349,12 @@ class ContextFull(Exception):
     """The request passes the window even with every old tool output removed."""
 
 
+def sent_messages(body: dict) -> list:
+    """The conversation of a request body of any kind: `messages` (OpenAI, Ollama, Anthropic)
+    or `contents` (Gemini), for an estimate of its size."""
+    return body.get("messages") or body.get("contents") or []
+
+
 def estimated_tokens(messages: list[dict], tools: list[dict], sizes: Sizes | None = None) -> int:
     """The size of a request in tokens, from the length of its JSON (counted, not built: a
     request may carry megabytes of attachments, and this runs at every step). With `sizes`, the

@@ -87,17 +87,20 @@ class ModelError(ProviderError):
 _CONTEXT_PATTERN = re.compile(
     r"context length|context window|context size|maximum context|context_length"
     r"|tokens to keep from the initial prompt|prompt too long|prompt is too long"
-    r"|`inputs` tokens \+ `max_new_tokens`|reduce the length of the messages", re.I)
+    r"|`inputs` tokens \+ `max_new_tokens`|reduce the length of the messages"
+    r"|exceeds the maximum number of tokens allowed", re.I)
 # The window a context-length error states, in each provider's wording (errors.json): OpenAI,
 # vLLM, DeepSeek, OpenRouter "maximum context length is N tokens", Mistral "with N maximum context
 # length", llama.cpp "context size (N tokens)", LM Studio "n_ctx: N", Together "must be <= N",
-# Anthropic "prompt is too long: 208310 tokens > 200000 maximum".
+# Anthropic "prompt is too long: 208310 tokens > 200000 maximum", Gemini "The input token count
+# (1200000) exceeds the maximum number of tokens allowed (1048576)".
 _STATED_WINDOW_PATTERNS = tuple(re.compile(pattern, re.I) for pattern in (
     r"maximum context length is (\d+)", r"(\d+) maximum context length", r"context size \((\d+) tokens\)",
-    r"n_ctx:\s*(\d+)", r"max_new_tokens` must be <= (\d+)", r"tokens > (\d+) maximum"))
+    r"n_ctx:\s*(\d+)", r"max_new_tokens` must be <= (\d+)", r"tokens > (\d+) maximum",
+    r"maximum number of tokens allowed \((\d+)\)"))
 _PER_MINUTE_PATTERN = re.compile(r"per minute|\(TPM\)|\(RPM\)", re.I)
-_MODEL_NAME_PATTERN = re.compile(r"""model\s+['"`]([^'"`]+)['"`]\s+not found""", re.I)
-_TRY_AGAIN_PATTERN = re.compile(r"try again in\s+((?:\d+(?:\.\d+)?\s*(?:ms|h|m|s)\s*)+)", re.I)
+_MODEL_NAME_PATTERN = re.compile(r"""model\s+['"`]([^'"`]+)['"`]\s+not found|models/(\S+) is not found""", re.I)
+_TRY_AGAIN_PATTERN = re.compile(r"(?:try again|retry) in\s+((?:\d+(?:\.\d+)?\s*(?:ms|h|m|s)\s*)+)", re.I)
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|h|m|s)")
 _HTML_TITLE = re.compile(r"<title>(.*?)</title>", re.I | re.S)
 
@@ -178,7 +181,8 @@ def _parse_error_body(body: bytes, content_type: str) -> _ErrorBody:
             # OpenRouter: "Provider returned error" says nothing; the upstream text is in raw.
             upstream = metadata.get("provider_name")
             detail = f"{upstream}: {metadata['raw']}" if upstream else metadata["raw"]
-        return _ErrorBody(clip_detail(detail), str(error.get("type") or ""),
+        # Google's APIs name the kind of error in `status` (RESOURCE_EXHAUSTED, ...), not `type`.
+        return _ErrorBody(clip_detail(detail), str(error.get("type") or error.get("status") or ""),
                           error_code(error.get("code")))
     if isinstance(error, str):
         signin = data.get("signin_url")
@@ -208,7 +212,8 @@ def _error_kind(status: int, parsed: _ErrorBody) -> str:
     if ("insufficient_quota" in (code, etype) or status == 402 or "insufficient balance" in detail
             or "credit balance is too low" in detail):  # Anthropic says it with a 400
         return KIND_BILLING
-    if status == 401 or etype == "authentication_error" or code == "invalid_api_key":
+    if (status == 401 or etype in ("authentication_error", "unauthenticated", "permission_denied")
+            or code == "invalid_api_key" or "api key not valid" in detail):  # Google says it with a 400
         return KIND_AUTH
     if status == 413 or (status in (400, 429) and "request too large" in detail
                          and _PER_MINUTE_PATTERN.search(parsed.detail)):
@@ -243,7 +248,7 @@ def _error_sentence(status: int, kind: str, parsed: _ErrorBody) -> str:
         return f"The Ollama server is not signed in to ollama.com ({status})"
     if kind == KIND_MODEL_NOT_FOUND:
         name = _MODEL_NAME_PATTERN.search(parsed.detail)
-        return f"Unknown model '{name.group(1)}' ({status})" if name else f"Unknown model ({status})"
+        return f"Unknown model '{name.group(1) or name.group(2)}' ({status})" if name else f"Unknown model ({status})"
     sentences = {
         KIND_AUTH: "The provider rejected the API key ({status})",
         KIND_BILLING: "The provider account has run out of credit or quota ({status})",

@@ -335,7 +335,7 @@ class Providers:
         taught = self._refused.get(model_ref)
         if taught is not None:
             context = min(context, taught) if context else taught
-        return ProviderTarget(row["id"], kind.chat_url(row["url"]), model, kind, key, context,
+        return ProviderTarget(row["id"], kind.chat_url(row["url"], model), model, kind, key, context,
                               listed["price"] if listed else None)
 
     def learn_window(self, model_ref: str, window: int) -> None:

@@ -14,7 +14,7 @@ import asyncio
 import json
 
 from totem.agent.assembly import AgentParts
-from totem.agent.context import estimated_tokens
+from totem.agent.context import estimated_tokens, sent_messages
 from totem.agent.instructions import nested
 from totem.agent.provider_errors import KIND_CONTEXT_LENGTH, ProviderError, stated_window
 from totem.agent.providers import redact
@@ -128,7 +128,7 @@ class Steps:
         the error states, or, when it states none, on one no larger than what was sent (our
         estimate of a request's tokens is only an estimate: the smaller of the two), then a
         compaction makes room. Raises ProviderError when no hook could."""
-        sent = estimated_tokens(body.get("messages") or [], body.get("tools") or [])
+        sent = estimated_tokens(sent_messages(body), body.get("tools") or [])
         stated = exc.window or stated_window(exc.message)
         window = min(stated, sent) if stated else sent
         window = min(window, run.window or target.context or window)

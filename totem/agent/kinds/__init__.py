@@ -14,6 +14,7 @@ from types import MappingProxyType
 
 from totem.agent.kinds.anthropic import Anthropic
 from totem.agent.kinds.base import ChatMessage, Fetch, ModelInfo, ProviderKind, ProviderTarget
+from totem.agent.kinds.gemini import Gemini
 from totem.agent.kinds.ollama import OllamaNative
 from totem.agent.kinds.openai import LlamaCpp, LmStudio, OpenAICompatible, OpenRouter, Together
 from totem.agent.stream import AnswerDecoder
@@ -21,7 +22,7 @@ from totem.agent.stream import AnswerDecoder
 KINDS: Mapping[str, ProviderKind] = MappingProxyType({kind.name: kind for kind in (
     OllamaNative(), LlamaCpp(), LmStudio(), OpenRouter(), OpenAICompatible("openai"),
     OpenAICompatible("groq"), OpenAICompatible("mistral"), OpenAICompatible("deepseek"), Together(),
-    OpenAICompatible("compatible"), Anthropic(),
+    OpenAICompatible("compatible"), Anthropic(), Gemini(),
 )})
 
 __all__ = ["KINDS", "AnswerDecoder", "ChatMessage", "Fetch", "ModelInfo", "ProviderKind", "ProviderTarget",

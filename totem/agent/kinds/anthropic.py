@@ -68,7 +68,7 @@ class Anthropic:
         url = url.rstrip("/")
         return url if url.endswith("/v1") else url + "/v1"
 
-    def chat_url(self, url: str) -> str:
+    def chat_url(self, url: str, model: str = "") -> str:
         return self.api_base(url) + "/messages"
 
     def auth_headers(self, key: str) -> dict[str, str]:

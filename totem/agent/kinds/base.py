@@ -8,7 +8,7 @@ the key as most kinds send it; and the small
 readers that the models lists of several kinds share (`model_info`, `entries`, `positive`,
 `price_of`, `as_object`, `as_list`, `server_root`, `shape_error`).
 
-Must not: know any one kind (kinds/openai.py, kinds/ollama.py and kinds/anthropic.py do), stream
+Must not: know any one kind (kinds/openai.py, kinds/ollama.py, kinds/anthropic.py and kinds/gemini.py do), stream
 (client.py does), touch the store, or put a key anywhere but in the headers its kind's
 `auth_headers` names.
 """
@@ -69,8 +69,9 @@ class ProviderKind(Protocol):
     # /api/show): requests are kept under it (context.fit_window).
     default_context: int
 
-    def chat_url(self, url: str) -> str:
-        """The chat endpoint of a provider saved with the base URL `url`."""
+    def chat_url(self, url: str, model: str = "") -> str:
+        """The chat endpoint of a provider saved with the base URL `url`, for `model` (only a
+        kind whose endpoint names the model, Gemini's, reads it)."""
         ...
 
     def auth_headers(self, key: str) -> dict[str, str]:

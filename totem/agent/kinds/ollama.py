@@ -67,7 +67,7 @@ class OllamaNative:
     def __repr__(self) -> str:
         return f"<kind {self.name}>"
 
-    def chat_url(self, url: str) -> str:
+    def chat_url(self, url: str, model: str = "") -> str:
         return server_root(url) + "/api/chat"
 
     def auth_headers(self, key: str) -> dict[str, str]:

@@ -84,7 +84,7 @@ class OpenAICompatible:
         """The OpenAI-compatible base: /v1 of a local server's root, the URL itself for an API."""
         return server_root(url) + "/v1" if self.local else url.rstrip("/")
 
-    def chat_url(self, url: str) -> str:
+    def chat_url(self, url: str, model: str = "") -> str:
         return self.api_base(url) + "/chat/completions"
 
     def auth_headers(self, key: str) -> dict[str, str]:
