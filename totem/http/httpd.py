@@ -764,7 +764,9 @@ def http_date(when: float | None = None) -> str:
     """The IMF-fixdate of RFC 9110 (`Sun, 06 Nov 1994 08:49:37 GMT`) of `when` (seconds since
     the epoch; now when None): what email.utils.formatdate(usegmt=True) writes, without loading
     the email package (3-4 MB at start-up) for the Date header of every answer."""
-    t = time.gmtime(when)
+    # Now by time.time(), the clock of every other time stamp: gmtime(None) reads the kernel's
+    # coarse clock, which near a second's end may still name the one before.
+    t = time.gmtime(time.time() if when is None else when)
     return (f"{_WEEKDAYS[t.tm_wday]}, {t.tm_mday:02d} {_MONTHS[t.tm_mon - 1]} {t.tm_year:04d} "
             f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d} GMT")
 
