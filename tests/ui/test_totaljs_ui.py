@@ -60,6 +60,7 @@ def test_error_shows_the_problems_and_blocks_save_as(live, page):
     expect(problem.locator(".problem-severity")).to_have_text("error")
     expect(problem.locator(".problem-place")).to_have_text("block 1, line 1")
     block = answer_.locator(".codeblock")
+    expect(page.locator("#stop")).to_be_hidden()  # once the run has ended, no event renders the answer again
     block.get_by_role("button", name="Save as").click()
     refusal = block.locator(".saveas-blocked")
     expect(refusal).to_contain_text("This answer's code needs review:")
@@ -88,6 +89,7 @@ def test_warning_asks_before_saving_and_saves_once_confirmed(live, page):
     expect(check.locator(".problem-severity")).to_have_text(["warning"])
     block = answer_.locator(".codeblock").nth(1)
     expect(block.locator("code")).to_have_text("const total = 1;\nconsole.log(total);")
+    expect(page.locator("#stop")).to_be_hidden()  # once the run has ended, no event renders the answer again
     block.get_by_role("button", name="Save as").click()
     block.locator("input.saveas-path").fill("count.js")
     block.get_by_role("button", name="Save", exact=True).click()

@@ -21,7 +21,17 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from totem.agent.kinds.base import ChatMessage, Fetch, ModelInfo, ProviderTarget, as_object, entries, model_info
+from totem.agent.kinds.base import (
+    ChatMessage,
+    Fetch,
+    ModelInfo,
+    ProviderTarget,
+    arguments_object,
+    as_object,
+    entries,
+    model_info,
+    text_of,
+)
 from totem.agent.provider_errors import KIND_FORBIDDEN
 from totem.agent.sse import SseDecoder, SseEvent
 from totem.agent.stream import parse_json
@@ -161,13 +171,13 @@ def native_turns(messages: list[ChatMessage]) -> tuple[str, list[ChatMessage]]:
     for message in messages:
         role = message.get("role")
         if role == "system":
-            system.append(_text_of(message.get("content")))
+            system.append(text_of(message.get("content")))
             continue
         if role == "assistant":
             blocks = assistant_blocks(message)
         elif role == "tool":
             blocks = [{"type": "tool_result", "tool_use_id": message.get("tool_call_id") or "",
-                       "content": _text_of(message.get("content"))}]
+                       "content": text_of(message.get("content"))}]
             role = "user"
         else:
             blocks = user_blocks(message.get("content"))
@@ -216,13 +226,13 @@ def assistant_blocks(message: ChatMessage) -> list[dict[str, Any]]:
     """An assistant step: its thinking blocks exactly as they came, its text, its tool calls."""
     blocks = [dict(detail) for detail in message.get("reasoning_details") or ()
               if isinstance(detail, dict) and detail.get("type") in THINKING_TYPES]
-    text = _text_of(message.get("content"))
+    text = text_of(message.get("content"))
     if text:
         blocks.append({"type": "text", "text": text})
     for call in message.get("tool_calls") or ():
         function = as_object(call.get("function"))
         blocks.append({"type": "tool_use", "id": call.get("id") or "", "name": function.get("name") or "",
-                       "input": _input_of(function.get("arguments"))})
+                       "input": arguments_object(function.get("arguments"))})
     return blocks
 
 
@@ -245,27 +255,6 @@ def _tool_turn_without_thinking(turns: list[ChatMessage]) -> bool:
     if last is None or not any(block["type"] == "tool_use" for block in last["content"]):
         return False
     return last["content"][0]["type"] not in THINKING_TYPES
-
-
-def _text_of(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(part["text"] for part in content
-                         if isinstance(part, dict) and isinstance(part.get("text"), str))
-    return ""
-
-
-def _input_of(arguments: Any) -> dict[str, Any]:
-    """A call's arguments as the object `tool_use.input` must be ({} for text that is not one:
-    the call's result says what was wrong with it)."""
-    if isinstance(arguments, dict):
-        return arguments
-    try:
-        value = json.loads(arguments or "{}")
-    except (TypeError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 # --- the answer --------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ Must not: know any one kind (kinds/openai.py, kinds/ollama.py, kinds/anthropic.p
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -226,3 +227,25 @@ def model_info(ident: str, name: Any = None, context: Any = None, tools: bool | 
     integer is None."""
     return {"id": ident, "name": name if isinstance(name, str) and name else ident,
             "context": positive(context), "tools": tools, "reasoning": reasoning, "free": free, "price": price}
+
+
+def text_of(content: Any) -> str:
+    """The text of an OpenAI-shaped message's content: a string, or the texts of its parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(part["text"] for part in content
+                         if isinstance(part, dict) and isinstance(part.get("text"), str))
+    return ""
+
+
+def arguments_object(arguments: Any) -> dict[str, Any]:
+    """A call's arguments as the object a native wire wants ({} for text that is not one: the
+    call's result says what was wrong with it)."""
+    if isinstance(arguments, dict):
+        return arguments
+    try:
+        value = json.loads(arguments or "{}")
+    except (TypeError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}

@@ -27,10 +27,12 @@ from totem.agent.kinds.base import (
     Fetch,
     ModelInfo,
     ProviderTarget,
+    arguments_object,
     as_list,
     as_object,
     entries,
     model_info,
+    text_of,
 )
 from totem.agent.provider_errors import KIND_FORBIDDEN
 from totem.agent.sse import SseDecoder, SseEvent
@@ -204,7 +206,7 @@ def native_contents(messages: list[ChatMessage]) -> tuple[str, list[ChatMessage]
     for message in messages:
         role = message.get("role")
         if role == "system":
-            system.append(_text_of(message.get("content")))
+            system.append(text_of(message.get("content")))
             continue
         if role == "assistant":
             parts = model_parts(message)
@@ -213,7 +215,7 @@ def native_contents(messages: list[ChatMessage]) -> tuple[str, list[ChatMessage]
             role = "model"
         elif role == "tool":
             name = names.get(str(message.get("tool_call_id") or ""), "")
-            parts = [{"functionResponse": {"name": name, "response": {"result": _text_of(message.get("content"))}}}]
+            parts = [{"functionResponse": {"name": name, "response": {"result": text_of(message.get("content"))}}}]
             role = "user"
         else:
             parts = user_parts(message.get("content"))
@@ -273,13 +275,13 @@ def model_parts(message: ChatMessage) -> list[dict[str, Any]]:
             elif text_signature is None:
                 text_signature = detail["signature"]
     parts: list[dict[str, Any]] = []
-    text = _text_of(message.get("content"))
+    text = text_of(message.get("content"))
     if text:
         parts.append({"text": text, **({"thoughtSignature": text_signature} if text_signature else {})})
     for call in message.get("tool_calls") or ():
         function = as_object(call.get("function"))
         part: dict[str, Any] = {"functionCall": {"name": function.get("name") or "",
-                                                 "args": _args_of(function.get("arguments"))}}
+                                                 "args": arguments_object(function.get("arguments"))}}
         signature = signatures.get(str(call.get("id") or ""))
         if signature:
             part["thoughtSignature"] = signature
@@ -347,27 +349,6 @@ def gemini_schema(schema: Any) -> dict[str, Any]:
         if not reduced["required"]:
             del reduced["required"]
     return reduced
-
-
-def _text_of(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(part["text"] for part in content
-                         if isinstance(part, dict) and isinstance(part.get("text"), str))
-    return ""
-
-
-def _args_of(arguments: Any) -> dict[str, Any]:
-    """A call's arguments as the object `functionCall.args` must be ({} for text that is not one:
-    the call's result says what was wrong with it)."""
-    if isinstance(arguments, dict):
-        return arguments
-    try:
-        value = json.loads(arguments or "{}")
-    except (TypeError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 # --- the answer --------------------------------------------------------------------------------

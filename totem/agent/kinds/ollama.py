@@ -12,7 +12,6 @@ Must not: frame bytes (sse.py does) or merge chunks (stream.py does).
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +20,7 @@ from totem.agent.kinds.base import (
     Fetch,
     ModelInfo,
     ProviderTarget,
+    arguments_object,
     as_object,
     bearer_headers,
     entries,
@@ -143,7 +143,7 @@ def native_messages(messages: list[ChatMessage]) -> list[ChatMessage]:
             item["content"] = content or ""
         if message.get("tool_calls"):
             item["tool_calls"] = [{"function": {"name": call["function"]["name"],
-                                                "arguments": _as_object(call["function"]["arguments"])}}
+                                                "arguments": arguments_object(call["function"]["arguments"])}}
                                   for call in message["tool_calls"]]
         native.append(item)
     return native
@@ -174,11 +174,3 @@ def parameter_num_ctx(parameters: Any) -> int | None:
         if name == "num_ctx" and value.strip().isdigit():
             return positive(int(value.strip()))
     return None
-
-
-def _as_object(arguments: str) -> dict[str, Any]:
-    try:
-        value = json.loads(arguments or "{}")
-    except json.JSONDecodeError:
-        return {}
-    return value if isinstance(value, dict) else {}
