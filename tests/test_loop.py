@@ -63,6 +63,18 @@ class LoopCase(TotemCase):
                 break
             await asyncio.sleep(5 * MS)
 
+    async def use_only(self, name, kind, models, model):
+        """The scripted server as the one provider, of `kind` (its models page `models`), so that
+        every request the server sees is that kind's own; the prompts use its `model`."""
+        removed = await call(self.app, "providers_remove", ident=self.provider["id"], method="POST")
+        self.assertEqual(removed.status, 200, removed.body)
+        self.model.serve_models(models)
+        answer = await call(self.app, "providers_save", {"name": name, "kind": kind,
+                                                         "url": self.model.base, "key": KEY})
+        self.assertEqual(answer.status, 200, answer.body)
+        self.provider = answer.json()
+        self.modelref = f"{self.provider['id']}/{model}"
+
     async def prompt(self, text="Look at a.txt", **extra):
         body = {"text": text, "model": self.modelref} | extra
         return await call(self.app, "sessions_prompt", body, ident=self.session["id"])

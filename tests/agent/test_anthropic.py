@@ -356,15 +356,7 @@ def test_http_errors_never_hold_the_key():
 class AnthropicLoopTest(LoopCase):
     async def asyncSetUp(self):
         await super().asyncSetUp()
-        # Only the Anthropic provider: every request the scripted server sees is one of its own.
-        removed = await call(self.app, "providers_remove", ident=self.provider["id"], method="POST")
-        self.assertEqual(removed.status, 200, removed.body)
-        self.model.serve_models("anthropic_v1_models")
-        answer = await call(self.app, "providers_save", {"name": "Claude", "kind": "anthropic",
-                                                         "url": self.model.base, "key": KEY})
-        self.assertEqual(answer.status, 200, answer.body)
-        self.anthropic = answer.json()
-        self.modelref = f"{self.anthropic['id']}/{MODEL}"
+        await self.use_only("Claude", "anthropic", "anthropic_v1_models", MODEL)
 
     def chats(self):
         return [r for r in self.model.requests if r.method == "POST"]

@@ -395,15 +395,7 @@ def test_http_errors_never_hold_the_key():
 class GeminiLoopTest(LoopCase):
     async def asyncSetUp(self):
         await super().asyncSetUp()
-        # Only the Gemini provider: every request the scripted server sees is one of its own.
-        removed = await call(self.app, "providers_remove", ident=self.provider["id"], method="POST")
-        self.assertEqual(removed.status, 200, removed.body)
-        self.model.serve_models("gemini_v1beta_models")
-        answer = await call(self.app, "providers_save", {"name": "Gemini", "kind": "gemini",
-                                                         "url": self.model.base, "key": KEY})
-        self.assertEqual(answer.status, 200, answer.body)
-        self.gemini = answer.json()
-        self.modelref = f"{self.gemini['id']}/{MODEL}"
+        await self.use_only("Gemini", "gemini", "gemini_v1beta_models", MODEL)
 
     def chats(self):
         return [r for r in self.model.requests if r.method == "POST"]
@@ -419,7 +411,7 @@ class GeminiLoopTest(LoopCase):
         listed = next(m for m in catalog["models"] if m["id"] == self.modelref)
         self.assertEqual((listed["context"], listed["tools"], listed["reasoning"], listed["price"]),
                          (1048576, True, True, {"input": 0.3, "output": 2.5, "cacheread": 0.03}))
-        self.assertNotIn(f"{self.gemini['id']}/text-embedding-004", [m["id"] for m in catalog["models"]])
+        self.assertNotIn(f"{self.provider['id']}/text-embedding-004", [m["id"] for m in catalog["models"]])
         thinking = "The person asks about a.txt: read it."
         self.model.script(
             gemini_reply(thinking=thinking, signature=SIGNATURE, tool_calls=[("read", {"path": "a.txt"})],
