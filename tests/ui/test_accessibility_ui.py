@@ -191,6 +191,38 @@ def dialog(name: str, ready: str):
     return screen
 
 
+def model_picker(page, scene):
+    main_view(page, scene)
+    page.click("#model")
+    expect(page.locator("#model-list li").first).to_be_visible()
+    return "#composer"
+
+
+def provider_form(page, scene):
+    main_view(page, scene)
+    menu(page, "#open-providers")
+    page.click("#provider-add")
+    expect(page.locator("#provider-form")).to_be_visible()
+    return "#providers-dialog"
+
+
+def schedule_form(page, scene):
+    main_view(page, scene)
+    menu(page, "#open-schedules")
+    page.get_by_role("button", name="New schedule").click()
+    expect(page.locator("#schedule-form")).to_be_visible()
+    return "#schedules-dialog"
+
+
+def folder(page, scene):
+    main_view(page, scene)
+    if on_phone(page):
+        page.click("#toggle-side")
+    page.click("#open-folder")
+    expect(page.locator("#folder-items li").first).to_be_visible()
+    return "#folder-dialog"
+
+
 def terminal(page, scene):
     # A session of its own for each page: a running shell opens its panel by itself on the next
     # page that shows its session, where the Terminal button would close it.
@@ -227,6 +259,10 @@ SCREENS = {
     "providers": dialog("providers", "#provider-list li"),
     "schedules": dialog("schedules", "#schedule-list li.schedule"),
     "terminal": terminal,
+    "model-picker": model_picker,
+    "provider-form": provider_form,
+    "schedule-form": schedule_form,
+    "open-folder": folder,
 }
 PHONE_ONLY = {"sessions-drawer": sessions_drawer, "header-menu": header_menu}
 VARIANTS = [(size, theme) for size in SIZES for theme in THEMES]
