@@ -3,8 +3,9 @@ width, in the light and the dark theme: in Debian's Chromium against the real se
 scripted model.
 
 axe-core is a test asset (tests/assets/axe-core/, pinned in scripts/test_assets.py); Totem never
-serves it. It is run in the page through Playwright's evaluate, which Totem's Content-Security-Policy
-(script-src 'self') does not govern, so the page keeps the policy it has for a person. One page per
+serves it. It is run in the page through Playwright's evaluate (the DevTools protocol, which Totem's
+Content-Security-Policy of script-src 'self' does not govern), so the page keeps the policy it has
+for a person: no bypass_csp. One page per
 width and theme visits the screens in turn; each test names its screen, width and theme, and a
 failure lists each rule with the nodes it found.
 """
@@ -70,7 +71,6 @@ class Scene:
         live.api("schedules_save", {"projectid": self.project["id"], "name": "Nightly check", "prompt": "Run the tests",
                                     "model": live.modelref, "kind": "daily", "time": "03:00"})
 
-
     @staticmethod
     def wait_question(live, session) -> None:
         """Wait until the session's run waits on its question (so the next scripted answer is not its)."""
@@ -110,17 +110,17 @@ def pages(browser, live):
         context.close()
 
 
-def audit(page, include: str | None = None, exclude: tuple[str, ...] = ()) -> list[dict]:
-    """axe-core's serious and critical findings on the page (or the part `include` selects)."""
+def audit(page, include: str | None = None) -> list[dict]:
+    """axe-core's serious and critical findings on the page (or the part `include` selects).
+    Every rule runs: a finding is fixed in static/, never silenced here."""
     if not page.evaluate("() => typeof window.axe === 'object'"):
         with open(AXE) as handle:
             page.evaluate(handle.read())
-    found = page.evaluate("""async ([include, exclude]) => {
-        const context = { include: include ? [include] : [document], exclude: exclude.map(s => [s]) };
-        const result = await axe.run(context, { resultTypes: ['violations'] });
+    found = page.evaluate("""async (include) => {
+        const result = await axe.run(include ? { include: [include] } : document, { resultTypes: ['violations'] });
         return result.violations.map(v => ({ id: v.id, impact: v.impact, help: v.help,
             nodes: v.nodes.map(n => ({ target: n.target.join(' '), summary: n.failureSummary, html: n.html })) }));
-    }""", [include, list(exclude)])
+    }""", include)
     return [finding for finding in found if finding["impact"] in BLOCKING]
 
 
@@ -134,7 +134,8 @@ def report(findings: list[dict]) -> str:
     return "\n".join(lines)
 
 
-# -- the screens: each one opens it on the page and says what axe checks -----------------------
+# -- the screens: each opens its screen on the page and returns the part axe checks (None: the
+# whole page). A dialog or a drawer is checked alone: the page under it has a screen of its own.
 
 def on_phone(page) -> bool:
     return page.locator("#toggle-menu").is_visible()
