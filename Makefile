@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 # requirements-dev.txt pins mcp 1.x, and one environment holds only one of them.
 MCP2_VENV := $(VENV)/mcp2
 
-.PHONY: run check test bench clean system-packages vendor docker docker-test screenshots
+.PHONY: run check test bench clean system-packages vendor test-assets docker docker-test screenshots
 
 $(BIN)/python:
 	@echo "Creating $(VENV)/ (a virtual environment of $$($(PYTHON) --version 2>&1), once)"
@@ -70,6 +70,10 @@ bench: $(VENV)/.runtime
 # Refresh the browser libraries under static/vendor/ (pinned in scripts/vendor.py) from npm.
 vendor:
 	python3 scripts/vendor.py
+
+# Refresh the browser tests' own files under tests/assets/ (axe-core, pinned in scripts/test_assets.py).
+test-assets:
+	python3 scripts/test_assets.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache
