@@ -190,7 +190,7 @@ def assistant_messages(message: MessageRow, marker: str) -> list[dict]:
     with the run's marker."""
     text = "".join(part["text"] for part in message["parts"] if part["kind"] == "text")
     tools = [part for part in message["parts"] if part["kind"] == "tool" and not part["data"].get("check")]
-    checks = [part for part in message["parts"] if part["kind"] == "tool" and part["data"].get("check")]
+    checks = [part for part in message["parts"] if part["kind"] in ("tool", "validation") and part["data"].get("check")]
     answer: dict = {"role": "assistant", "content": text}
     if tools:
         answer["tool_calls"] = [{"id": part["data"]["callid"], "type": "function",
@@ -216,13 +216,15 @@ def assistant_messages(message: MessageRow, marker: str) -> list[dict]:
 
 def checks_note(checks: list[Any], marker: str) -> str:
     """The note after a step's results: each check of its edits, what became of it, and its
-    output as data in the envelope."""
-    lines = ["[The project's checks after your edits (.totem/checks.json); fix what they found, "
-             "or say why not:]"]
+    output (a command's, or the problems the Total.js check found) as data in the envelope."""
+    lines = ["[The project's checks after your edits; fix what they found, or say why not:]"]
     for part in checks:
         data = part["data"]
         result = data.get("result") if isinstance(data.get("result"), dict) else {}
-        if part["status"] == "denied":
+        problems = data.get("problems") if part["kind"] == "validation" else None
+        if isinstance(problems, list):
+            state = f"found {len(problems)} problem{'s' if len(problems) != 1 else ''}" if problems else "passed"
+        elif part["status"] == "denied":
             state = f"not run: {data.get('error', 'refused')}"
         elif part["status"] != "done":
             state = f"failed: {data.get('error', 'the check did not run to its end')}"
@@ -231,9 +233,20 @@ def checks_note(checks: list[Any], marker: str) -> str:
         else:
             state = "passed" if result.get("exit_code") == 0 else f"found problems (exit {result.get('exit_code')})"
         lines.append(f"- {data['check']} on {', '.join(data.get('files') or [])}: {state}")
-        if part["status"] == "done" and result.get("exit_code") != 0 and data.get("output"):
+        if problems:
+            lines.append(envelope(f"check {data['check']}", "\n".join(map(problem_line, problems)), marker))
+        elif part["status"] == "done" and result.get("exit_code") != 0 and data.get("output"):
             lines.append(envelope(f"check {data['check']}", str(data["output"]), marker))
     return "\n".join(lines)
+
+
+def problem_line(problem: Any) -> str:
+    """`file:line: severity: message (rule)` of one problem of a validation part."""
+    if not isinstance(problem, dict):
+        return str(problem)
+    place = ":".join(str(problem[key]) for key in ("file", "line") if key in problem)
+    return (f"{place}: " if place else "") + f"{problem.get('severity', 'warning')}: {problem.get('message', '')}" + (
+        f" ({problem['rule']})" if problem.get("rule") else "")
 
 
 def conversation_order(history: list[MessageRow], current: str | None = None) -> list[MessageRow]:
