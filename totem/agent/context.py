@@ -516,22 +516,23 @@ def _pruned_batch(messages: list[dict], tools: list[dict], before: int, names: d
             protect = steps[answers - KEPT_STEPS] if answers >= KEPT_STEPS else 0
             while reachable < len(candidates) and candidates[reachable][0] < protect:
                 reachable += 1
-            taken = prune_boundary(freed[:reachable + 1], taken, counted / CHARS_PER_TOKEN - budget, batch)
+            taken = prune_boundary(freed, taken, counted / CHARS_PER_TOKEN - budget, batch, reachable)
             answers += point < len(messages)
         if point < len(messages):
             counted += size(messages[point]) + 1
     return [(index, note) for index, note, _saving in candidates[:taken]]
 
 
-def prune_boundary(freed: list[float], taken: int, needed: float, batch: float) -> int:
+def prune_boundary(freed: list[float], taken: int, needed: float, batch: float, reachable: int | None = None) -> int:
     """How many of the oldest prunable outputs a request prunes: `taken`, the boundary of the
     requests before it, while that frees the `needed` tokens; else the fewest that free
-    `needed` plus `batch` more, or all of them (`freed[k]` is what the oldest k free) when the
-    room left is smaller. Pruning all then, not one more at every step, is what keeps the
-    prefix once what cannot be pruned fills most of the window."""
+    `needed` plus `batch` more, or all it may prune (the first `reachable`; `freed[k]` is what
+    the oldest k free) when the room left is smaller. Pruning all then, not one more at every
+    step, is what keeps the prefix once what cannot be pruned fills most of the window."""
+    last = len(freed) - 1 if reachable is None else reachable
     if needed <= freed[taken]:
         return taken
-    return next((count for count in range(taken, len(freed)) if freed[count] >= needed + batch), len(freed) - 1)
+    return next((count for count in range(taken, last + 1) if freed[count] >= needed + batch), last)
 
 
 def cut_output(content: str, keep: int, tool: str) -> str:
