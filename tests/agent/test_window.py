@@ -255,9 +255,9 @@ class CompactionTest(WindowCase):
 
 def test_old_outputs_are_pruned_in_batches_that_keep_the_prefix():
     """As a conversation grows step by step past its window, what is pruned only grows, and it
-    changes in batches (the grid of PRUNE_BATCH_SHARE), not at every step: each request repeats
+    changes in batches (PRUNE_BATCH_SHARE), not at every step: each request repeats
     the previous one's bytes up to the newest step far more often than not. Control: pruning
-    one output at a time (no grid) breaks the prefix at nearly every step."""
+    one output at a time (no batch) breaks the prefix at nearly every step."""
     def pruned_sets(batch_share: float) -> list[frozenset[int]]:
         sets = []
         for steps in range(10, 120):
