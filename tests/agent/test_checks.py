@@ -7,6 +7,7 @@ as a `validation` part and in the same note."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 
@@ -14,7 +15,7 @@ from tests.model_server import reply
 from tests.test_ask_flow import wait_for
 from tests.test_loop import LoopCase
 from tests.utils import call, run_ended
-from totem.agent.checks import Check, TotalJsCheck, project_checks, read_checks
+from totem.agent.checks import MAX_VALIDATED_BYTES, Check, TotalJsCheck, project_checks, read_checks
 from totem.workspace.totaljs import check_files
 
 LINT = '#!/bin/sh\nif grep -n TODO "$@"; then exit 1; fi\n'  # a stand-in linter: a TODO is a problem
@@ -52,6 +53,22 @@ def test_the_registry_has_the_totaljs_check_only_in_a_totaljs_project(tmp_path):
     assert project_checks(str(tmp_path), {})[0] == [Check("lint", "*.js", "eslint {files}"), TotalJsCheck(5)]
     assert project_checks(str(tmp_path), {"forge": False})[0] == [Check("lint", "*.js", "eslint {files}")]
     assert TotalJsCheck(5).matching(["a.js", "views/index.html", "b.py", "c.JS"]) == ["a.js", "views/index.html", "c.JS"]
+
+
+def test_the_totaljs_check_reads_only_inside_and_says_what_it_could_not_check(tmp_path):
+    """A link that leads outside the project is not read; a file too large to check is said,
+    not read whole; the file read is checked. Control: the same files with a balanced route."""
+    outside = tmp_path / "outside.js"
+    outside.write_text(UNBALANCED_ROUTE)
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "link.js").symlink_to(outside)
+    (root / "big.js").write_text("x;\n" * (MAX_VALIDATED_BYTES // 3 + 1))
+    (root / "api.js").write_text(UNBALANCED_ROUTE)
+    found = asyncio.run(TotalJsCheck(5).run(str(root), ["link.js", "big.js", "api.js"]))
+    assert [(p["rule"], p["file"]) for p in found["problems"]] == [("not-checked", "big.js"), ("unbalanced", "api.js")]
+    (root / "api.js").write_text(ROUTE)
+    assert asyncio.run(TotalJsCheck(5).run(str(root), ["link.js", "api.js"])) == {"problems": [], "blocking": False}
 
 
 def test_the_totaljs_validator_names_the_file_and_line_of_each_problem():
