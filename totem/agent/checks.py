@@ -63,7 +63,10 @@ class Check:
         return [path for path in paths if fnmatch.fnmatchcase(posixpath.basename(path), self.files)]
 
     def command_for(self, paths: list[str]) -> str:
-        return self.command.replace("{files}", " ".join(shlex.quote(path) for path in paths))
+        # A name that begins with `-` goes as ./NAME: the model names the files, and `--fix.js`
+        # or `--rulesdir=x.js` would otherwise reach the check as one of its options.
+        return self.command.replace("{files}", " ".join(
+            shlex.quote("./" + path if path.startswith("-") else path) for path in paths))
 
 
 @dataclass(frozen=True)
