@@ -11,8 +11,9 @@
 // language and a Copy button.
 //
 // While an answer streams, it is painted again at every frame; renderMarkdownInto() keeps the
-// top-level blocks that can no longer change (every one before the last) and parses and builds
-// again only from there, so a delta costs about the size of the last block, not of the answer.
+// top-level blocks that can no longer change (every one before the last, see finalBlocks) and
+// parses and builds again only from there, so a delta costs about the size of the last block,
+// not of the answer.
 //
 // Code is highlighted by highlight.js (static/vendor/highlight/, a classic script that defines
 // `hljs`) for the languages it knows, once its block is final (a block before the last, or the
@@ -108,7 +109,7 @@ export function renderMarkdownInto(element, text, { complete = true } = {}) {
   state.usedRefs = { ...parsed.env.references };
   for (const node of state.tail) node.remove();
   const groups = topLevelBlocks(parsed.tokens);
-  const keep = groups.length - 1; // the last block may still change; those before it cannot
+  const keep = finalBlocks(parsed, groups);
   state.tail = [];
   groups.forEach((group, index) => {
     const nodes = build(parsed.tokens, group, { highlight: complete || index < keep });
@@ -117,6 +118,17 @@ export function renderMarkdownInto(element, text, { complete = true } = {}) {
   });
   if (keep > 0) keepBlocks(state, parsed, groups, keep);
   painted.set(element, state);
+}
+
+// How many of the blocks cannot change any more as text is appended: those before the last one
+// that starts on a whole line. The last block may grow, and the text's last line, its newline not
+// there yet, may still join the block before it ("2" becoming "2. item" continues a list).
+function finalBlocks({ tail, tokens }, groups) {
+  const partialLine = tail.endsWith('\n') ? Infinity : tail.split('\n').length - 1;
+  for (let index = groups.length - 1; index >= 0; index -= 1) {
+    if (tokens[groups[index].start].map[0] < partialLine) return index;
+  }
+  return 0;
 }
 
 function restart(element) {
