@@ -86,8 +86,9 @@ export function renderMarkdown(text, { complete = true } = {}) {
 
 // -- incremental rendering ------------------------------------------------------------------
 
-// element -> what was painted in it: the source of the kept blocks, their nodes, the last
-// block's nodes, and the link reference definitions the kept blocks were built with.
+// element -> what was painted in it: the source of the kept blocks, each kept block (its source,
+// nodes and text to look for labels in), the last block's nodes, the reference definitions of the
+// kept source, and all those the painted blocks were built with.
 const painted = new WeakMap();
 
 function freshState() {
@@ -96,27 +97,25 @@ function freshState() {
 
 // Paint `text` into `element`, which holds only what an earlier call painted there (or nothing).
 // The DOM is the same as a one-shot render of the text (renderMarkdown): a text that does not
-// continue the last one, or a link definition that changes a kept block, paints everything again.
+// continue the last one is painted anew, and a kept block that may use a link definition that
+// appeared, changed or went away is built again.
 export function renderMarkdownInto(element, text, { complete = true } = {}) {
   const source = String(text).replace(/\r\n?/g, '\n').replace(/\0/g, '\uFFFD'); // as markdown-it reads it
   let state = painted.get(element);
   if (!state || !source.startsWith(state.kept)) state = restart(element);
-  let parsed = parseTail(state, source);
-  if (changesKeptBlocks(state, parsed.env.references)) {
-    state = restart(element);
-    parsed = parseTail(state, source);
-  }
-  state.usedRefs = { ...parsed.env.references };
+  const parsed = parseTail(state, source);
+  rebuildKeptBlocks(state, parsed.env.references);
   for (const node of state.tail) node.remove();
   const groups = topLevelBlocks(parsed.tokens);
   const keep = finalBlocks(parsed, groups);
+  const kept = [];
   state.tail = [];
   groups.forEach((group, index) => {
     const nodes = build(parsed.tokens, group, { highlight: complete || index < keep });
     element.append(...nodes);
-    if (index >= keep) state.tail.push(...nodes);
+    (index < keep ? kept : state.tail).push(...nodes);
   });
-  if (keep > 0) keepBlocks(state, parsed, groups, keep);
+  if (keep > 0) keepBlocks(state, parsed, groups, keep, kept);
   painted.set(element, state);
 }
 
@@ -142,29 +141,35 @@ function parseTail(state, source) {
   return { tail: source.slice(state.kept.length), tokens: md.parse(source.slice(state.kept.length), env), env };
 }
 
-// Whether a reference definition that appeared, changed or went away since the kept blocks were
-// built may be used by one of them (its label is in a kept block's text): then they are rebuilt.
-function changesKeptBlocks(state, references) {
-  const labels = new Set([...Object.keys(references), ...Object.keys(state.usedRefs)]);
-  for (const label of labels) {
-    const now = references[label];
-    const before = state.usedRefs[label];
-    if (now?.href === before?.href && now?.title === before?.title) continue;
-    if (state.blocks.some((block) => block.labels.includes(label))) return true; // a substring: may be used
+// Build again, in place, the kept blocks that may use a reference definition that appeared,
+// changed or went away since they were built (its label is in their text: a substring may be a
+// use). Definitions usually come at the end of an answer, after the blocks that use them.
+function rebuildKeptBlocks(state, references) {
+  const changed = [...new Set([...Object.keys(references), ...Object.keys(state.usedRefs)])].filter((label) => (
+    references[label]?.href !== state.usedRefs[label]?.href || references[label]?.title !== state.usedRefs[label]?.title));
+  state.usedRefs = { ...references };
+  if (!changed.length) return;
+  for (const block of state.blocks) {
+    if (!changed.some((label) => block.labels.includes(label))) continue;
+    const tokens = md.parse(block.source, { references: { ...references } });
+    const nodes = topLevelBlocks(tokens).flatMap((group) => build(tokens, group, { highlight: true }));
+    block.nodes[0].before(...nodes);
+    for (const node of block.nodes) node.remove();
+    block.nodes = nodes;
   }
-  return false;
 }
 
-// Keep the first `keep` blocks of the tail: their source (through the lines they end on) and the
-// reference definitions in it, found by markdown-it's block parser alone.
-function keepBlocks(state, parsed, groups, keep) {
+// Keep the first `keep` blocks of the tail (their nodes): their source, through the lines they end
+// on, and the reference definitions in it, found by markdown-it's block parser alone.
+function keepBlocks(state, parsed, groups, keep, nodes) {
   const end = lineOffset(parsed.tail, parsed.tokens[groups[keep - 1].start].map[1]);
   const chunk = parsed.tail.slice(0, end);
   const env = { references: state.keptRefs };
   md.block.parse(chunk, md, env, []);
   state.keptRefs = env.references;
   state.kept += chunk;
-  state.blocks.push({ labels: md.utils.normalizeReference(chunk) }); // labels are matched so normalised
+  // Labels are matched normalised (case and runs of spaces folded), so the text is searched so.
+  state.blocks.push({ source: chunk, labels: md.utils.normalizeReference(chunk), nodes });
 }
 
 // The offset in `text` of the start of line `line` (0-based), or its length past its last line.
