@@ -113,9 +113,10 @@ export function renderMarkdownInto(element, text, { complete = true } = {}) {
   groups.forEach((group, index) => {
     const nodes = build(parsed.tokens, group, { highlight: complete || index < keep });
     element.append(...nodes);
-    (index < keep ? kept : state.tail).push(...nodes);
+    if (index < keep) kept.push(nodes);
+    else state.tail.push(...nodes);
   });
-  if (keep > 0) keepBlocks(state, parsed, groups, keep, kept);
+  if (keep > 0) keepBlocks(state, parsed, groups, kept);
   painted.set(element, state);
 }
 
@@ -159,17 +160,23 @@ function rebuildKeptBlocks(state, references) {
   }
 }
 
-// Keep the first `keep` blocks of the tail (their nodes): their source, through the lines they end
-// on, and the reference definitions in it, found by markdown-it's block parser alone.
-function keepBlocks(state, parsed, groups, keep, nodes) {
-  const end = lineOffset(parsed.tail, parsed.tokens[groups[keep - 1].start].map[1]);
-  const chunk = parsed.tail.slice(0, end);
+// Keep the first blocks of the tail, one entry each with its nodes (`kept`) and its source (from
+// the end of the one before, through the lines it ends on); the reference definitions in that
+// source are found by markdown-it's block parser alone.
+function keepBlocks(state, parsed, groups, kept) {
+  let start = 0;
+  kept.forEach((nodes, index) => {
+    const end = lineOffset(parsed.tail, parsed.tokens[groups[index].start].map[1]);
+    const source = parsed.tail.slice(start, end);
+    start = end;
+    // Labels are matched normalised (case and runs of spaces folded), so the text is searched so.
+    state.blocks.push({ source, labels: md.utils.normalizeReference(source), nodes });
+  });
+  const chunk = parsed.tail.slice(0, start);
   const env = { references: state.keptRefs };
   md.block.parse(chunk, md, env, []);
   state.keptRefs = env.references;
   state.kept += chunk;
-  // Labels are matched normalised (case and runs of spaces folded), so the text is searched so.
-  state.blocks.push({ source: chunk, labels: md.utils.normalizeReference(chunk), nodes });
 }
 
 // The offset in `text` of the start of line `line` (0-based), or its length past its last line.

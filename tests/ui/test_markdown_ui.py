@@ -255,7 +255,9 @@ def test_streaming_render_equals_one_shot(live, page):
 def test_streaming_builds_only_the_last_block(live, page):
     """While an answer streams, the blocks before its last are kept as they are (the same nodes)
     and only the last is built again; a code block is highlighted once a later block starts on a
-    line of its own, not while it may still grow; a text that does not continue the painted one is painted anew.
+    line of its own, not while it may still grow; a reference definition after its use builds
+    the block that uses it again, and only it; a text that does not continue the painted one is
+    painted anew.
     Control: building everything at every delta fails the first assertion."""
     page.goto("/login")
     page.add_script_tag(url="/vendor/highlight/highlight.min.js")
@@ -274,11 +276,17 @@ def test_streaming_builds_only_the_last_block(live, page):
         renderMarkdownInto(box, text, { complete: false });
         const kept = box.firstChild === heading;
         const rebuilt = box.lastChild !== paragraph && box.lastChild.textContent === 'after\\nthe fence, and more';
+        // A definition that comes after its use builds that block again, and only it.
+        renderMarkdownInto(box, '# Title\\n\\nSee [late].\\n\\nmore\\n', { complete: false });
+        const [title, before] = box.children;
+        renderMarkdownInto(box, '# Title\\n\\nSee [late].\\n\\nmore\\n\\n[late]: https://example.com/late\\n', { complete: false });
+        const linked = box.children[1].querySelector('a')?.href === 'https://example.com/late'
+            && box.children[1] !== before && box.firstChild === title;
         renderMarkdownInto(box, 'Another answer', { complete: true });
-        return { kept, rebuilt, plainWhileOpen, highlightedOnceClosed, anew: box.innerHTML };
+        return { kept, rebuilt, plainWhileOpen, highlightedOnceClosed, linked, anew: box.innerHTML };
     }""")
     assert seen == {"kept": True, "rebuilt": True, "plainWhileOpen": True, "highlightedOnceClosed": True,
-                    "anew": "<p>Another answer</p>"}
+                    "linked": True, "anew": "<p>Another answer</p>"}
 
 
 def test_streamed_answer_in_the_conversation(live, page):
