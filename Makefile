@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 # requirements-dev.txt pins mcp 1.x, and one environment holds only one of them.
 MCP2_VENV := $(VENV)/mcp2
 
-.PHONY: run check test bench clean system-packages vendor commonmark docker docker-test screenshots
+.PHONY: run check test bench clean system-packages vendor test-assets docker docker-test screenshots
 
 $(BIN)/python:
 	@echo "Creating $(VENV)/ (a virtual environment of $$($(PYTHON) --version 2>&1), once)"
@@ -71,10 +71,10 @@ bench: $(VENV)/.runtime
 vendor:
 	python3 scripts/vendor.py
 
-# Refresh the CommonMark examples the browser tests render (tests/assets/commonmark/, pinned in
-# scripts/commonmark_spec.py) from npm; a test asset, never served.
-commonmark:
-	python3 scripts/commonmark_spec.py
+# Refresh the browser tests' own files under tests/assets/ (axe-core, the CommonMark examples;
+# pinned in scripts/test_assets.py).
+test-assets:
+	python3 scripts/test_assets.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -105,10 +105,12 @@ def unmarked(value):
 
 def pieces(body: dict) -> list[bytes]:
     """A request as a prompt cache reads it, in order: its tools, a top-level system prompt (the
-    Anthropic form), then each message."""
+    Anthropic and Gemini forms), then each message (Gemini's `contents`)."""
     encode = lambda value: json.dumps(unmarked(value), ensure_ascii=False, sort_keys=True).encode()  # noqa: E731
-    return ([encode(body["tools"])] if body.get("tools") else []) + (
-        [encode(body["system"])] if body.get("system") else []) + [encode(m) for m in body.get("messages") or []]
+    system = body.get("system") or body.get("systemInstruction")
+    turns = body.get("messages") or body.get("contents") or []
+    return ([encode(body["tools"])] if body.get("tools") else []) + ([encode(system)] if system else []) + [
+        encode(turn) for turn in turns]
 
 
 def prefix_figures(bodies: list[dict]) -> tuple[float, int]:

@@ -205,7 +205,9 @@ export class Conversation {
   validationOf(messageid) {
     const entry = this.messages.get(messageid);
     if (!entry) return null;
-    const found = [...entry.partsElement.querySelectorAll(':scope > [data-kind=validation]')].pop();
+    // A check of the step's edited files (`kind: 'check'`) says nothing of the answer's own code.
+    const found = [...entry.partsElement.querySelectorAll(':scope > [data-kind=validation]')]
+      .filter((element) => this.parts.get(element.dataset.part)?.part.data?.kind !== 'check').pop();
     const data = found ? this.parts.get(found.dataset.part)?.part.data : null;
     return data && typeof data === 'object' ? data : null;
   }
@@ -618,16 +620,28 @@ function renderValidation(view) {
   problemPlace(problem) ? h('span', { className: 'muted problem-place' }, problemPlace(problem)) : null,
   problem.rule ? h('code', { className: 'muted problem-rule' }, String(problem.rule)) : null)));
   view.element = h('div', { className: `part validation${blocking ? ' blocking' : ''}`, role: 'note' },
-    h('div', { className: 'validation-head' }, blocking
+    h('div', { className: 'validation-head' }, data.kind === 'check' ? checkHead(data, problems) : blocking
       ? "This answer's code needs review: Save as is blocked"
       : `This answer's code has ${plural(problems.length, 'warning')}: Save as asks first`),
     view.body);
 }
 
-// "block 2, line 5" (the answer's fenced blocks counted from 1), or "".
+// The head of a check's validation after a step's edits (checks.py): the check and its files, or
+// the project's checks file that has a problem.
+function checkHead(data, problems) {
+  if (typeof data.check !== 'string') return "The project's checks file (.totem/checks.json) has a problem";
+  const files = Array.isArray(data.files) ? data.files.map(String).join(', ') : '';
+  return [h('span', { className: 'badge tool-check', title: "One of the project's checks after the step's edits" },
+    `check ${data.check}`), ` ${files}: ${problems.length ? plural(problems.length, 'problem') : 'passed'}`];
+}
+
+// "block 2, line 5" (the answer's fenced blocks counted from 1), "controllers/api.js, line 3"
+// (a checked file), or "".
 function problemPlace(problem) {
+  const line = typeof problem?.line === 'number' ? `, line ${problem.line}` : '';
+  if (typeof problem?.file === 'string') return `${problem.file}${line}`;
   if (typeof problem?.block !== 'number') return '';
-  return `block ${problem.block}${typeof problem.line === 'number' ? `, line ${problem.line}` : ''}`;
+  return `block ${problem.block}${line}`;
 }
 
 function changedFiles(paths, onOpenChange) {

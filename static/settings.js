@@ -331,6 +331,7 @@ export class SettingsDialog {
       tab.setAttribute('aria-selected', String(chosen));
       tab.classList.toggle('active', chosen);
       tab.tabIndex = chosen ? 0 : -1;
+      if (chosen) byId('settings-panel').setAttribute('aria-labelledby', tab.id);
     }
     this.list.dataset.scope = scope;
     byId('settings-dialog-title').textContent = scope === 'session' ? `Session settings · ${this.session.name}`

@@ -6,7 +6,7 @@ token: the sign-in actions work) and checked: no server error, every answer with
 codes, the media type and the schema the document gives, and no request that fits the schemas
 refused (positive data acceptance: a 400 for such a request means the document says less than
 the code checks). The run is deterministic (derandomized, no example database, no deadline) and
-bounded by EXAMPLES per operation and mode.
+bounded by EXAMPLES per operation and mode (EXAMPLES_OF for the deepest bodies).
 
 What a schema cannot say is given as state, not as shape: a folder to open or list is the
 test's folder (a folder that is missing is the service's 400), and a provider's URL is a closed
@@ -49,6 +49,10 @@ from schemathesis.specs.openapi.checks import (
 from tests.utils import TOKEN, running_totem
 
 EXAMPLES = 20
+# The bodies whose schemas are the deepest take a second or more to draw each (a session's whole
+# document; a prompt with its attachments): fewer examples, the rest of their bad input being
+# covered by their own tests (tests/test_export.py, LoopTest.test_bad_prompt_inputs).
+EXAMPLES_OF = {"sessions_import": 6, "sessions_prompt": 10}
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 CLOSED_PORT_URL = "http://127.0.0.1:9/v1"  # refused at once
 STATEFUL = {"settings_save", "permissions_save", "providers_available"}  # see the module's docstring
@@ -147,7 +151,7 @@ def test_operation_keeps_its_contract(live, name, path, method, mode):
     if mode == GenerationMode.NEGATIVE:
         checks = [not_a_server_error]
 
-    @settings(max_examples=EXAMPLES, derandomize=True, database=None, deadline=None,
+    @settings(max_examples=EXAMPLES_OF.get(name, EXAMPLES), derandomize=True, database=None, deadline=None,
               suppress_health_check=list(HealthCheck))
     @given(data=st.data())
     def run(data):

@@ -113,6 +113,10 @@ def ws_url(app) -> str:
 
 
 async def open_ws(app, **kwargs):
+    """A client of /ws/. It reads everything it is sent unless a test bounds its queue (max_queue)
+    to play a slow reader: a bounded client that a test left unread stops reading its socket, so
+    it never sees the server's close and its own close() waits out close_timeout (10 s)."""
+    kwargs.setdefault("max_queue", None)
     return await ws_connect(ws_url(app), **kwargs)
 
 

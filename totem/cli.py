@@ -498,8 +498,10 @@ def prompt_body(text: str, model: str | None, args) -> dict:
 
 
 # TOOL(PATTERN): no command line of a shell has that form (a word followed by `(` is a syntax
-# error), so anything else is a bash command line.
-TOOL_RULE = re.compile(r"([A-Za-z][A-Za-z0-9_-]*)\((.*)\)", re.DOTALL)
+# error), so anything else is a bash command line. Save one: a word followed by `(` and `)` begins
+# a function definition (`f() { ...; }; npm test`), which is a command line, so a PATTERN that
+# begins with `)` makes the whole a bash rule (tests/test_cli_allow_differential.py).
+TOOL_RULE = re.compile(r"([A-Za-z][A-Za-z0-9_-]*)\((?!\s*\))(.*)\)", re.DOTALL)
 
 
 def allow_rule(given: str) -> tuple[str, str]:

@@ -1,10 +1,13 @@
 """Checks after edits: a project's `.totem/checks.json` runs its commands once per step over
 the files that step's write, edit and patch calls changed, through the permission gate like any
 command, and the model reads what they found after the step's results; a refused, failing or
-slow check never undoes the edit; a bad checks file says what is wrong."""
+slow check never undoes the edit; a bad checks file says what is wrong. In a Total.js project the
+built-in Total.js check is one of them: it runs in Totem, asks nothing, and its problems return
+as a `validation` part and in the same note."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 
@@ -12,9 +15,13 @@ from tests.model_server import reply
 from tests.test_ask_flow import wait_for
 from tests.test_loop import LoopCase
 from tests.utils import call, run_ended
-from totem.agent.checks import Check, read_checks
+from totem.agent.checks import MAX_VALIDATED_BYTES, Check, TotalJsCheck, project_checks, read_checks
+from totem.workspace.totaljs import check_files
 
 LINT = '#!/bin/sh\nif grep -n TODO "$@"; then exit 1; fi\n'  # a stand-in linter: a TODO is a problem
+TOTAL5 = json.dumps({"name": "app", "dependencies": {"total5": "^0.0.9"}})
+UNBALANCED_ROUTE = "ROUTE('GET /', function($) {\n\t$.success();\n);\n"  # the `{` is never closed
+ROUTE = "ROUTE('GET /', function($) {\n\t$.success();\n});\n"
 
 
 def test_a_check_matches_names_or_paths_and_quotes_its_files(tmp_path):
@@ -35,6 +42,45 @@ def test_a_check_matches_names_or_paths_and_quotes_its_files(tmp_path):
     (tmp_path / ".totem" / "checks.json").write_text("{nope")
     assert read_checks(str(tmp_path))[1][0].startswith(".totem/checks.json is not JSON")
     assert read_checks(str(tmp_path / "none")) == ([], [])
+
+
+def test_the_registry_has_the_totaljs_check_only_in_a_totaljs_project(tmp_path):
+    (tmp_path / ".totem").mkdir()
+    (tmp_path / ".totem" / "checks.json").write_text(json.dumps({"checks": [
+        {"name": "lint", "files": "*.js", "command": "eslint {files}"}]}))
+    assert project_checks(str(tmp_path), {}) == ([Check("lint", "*.js", "eslint {files}")], [])  # the control
+    (tmp_path / "package.json").write_text(TOTAL5)
+    assert project_checks(str(tmp_path), {})[0] == [Check("lint", "*.js", "eslint {files}"), TotalJsCheck(5)]
+    assert project_checks(str(tmp_path), {"forge": False})[0] == [Check("lint", "*.js", "eslint {files}")]
+    assert TotalJsCheck(5).matching(["a.js", "views/index.html", "b.py", "c.JS"]) == ["a.js", "views/index.html", "c.JS"]
+
+
+def test_the_totaljs_check_reads_only_inside_and_says_what_it_could_not_check(tmp_path):
+    """A link that leads outside the project is not read; a file too large to check is said,
+    not read whole; the file read is checked. Control: the same files with a balanced route."""
+    outside = tmp_path / "outside.js"
+    outside.write_text(UNBALANCED_ROUTE)
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "link.js").symlink_to(outside)
+    (root / "big.js").write_text("x;\n" * (MAX_VALIDATED_BYTES // 3 + 1))
+    (root / "api.js").write_text(UNBALANCED_ROUTE)
+    found = asyncio.run(TotalJsCheck(5).run(str(root), ["link.js", "big.js", "api.js"]))
+    assert [(p["rule"], p["file"]) for p in found["problems"]] == [("not-checked", "big.js"), ("unbalanced", "api.js")]
+    (root / "api.js").write_text(ROUTE)
+    assert asyncio.run(TotalJsCheck(5).run(str(root), ["link.js", "api.js"])) == {"problems": [], "blocking": False}
+
+
+def test_the_totaljs_validator_names_the_file_and_line_of_each_problem():
+    found = check_files([("controllers/api.js", UNBALANCED_ROUTE), ("ok.js", ROUTE), ("empty.js", ""),
+                         ("views/index.html", "<p>{x}</p><script>\nROUTE('GET /a', 1));\n</script>"),
+                         ("huge.js", None)], root=None, version=5)
+    assert [(p["rule"], p.get("file"), p.get("line")) for p in found.problems] == [
+        ("unbalanced", "controllers/api.js", 3), ("unbalanced", "views/index.html", 2),
+        ("not-checked", "huge.js", None)]
+    assert found.blocking
+    assert check_files([("ok.js", ROUTE), ("page.html", "<p>{</p>")], root=None, version=5).view() == {
+        "problems": [], "blocking": False}  # the control: balanced code, and an html file's text is not code
 
 
 class ChecksTest(LoopCase):
@@ -112,5 +158,42 @@ class ChecksTest(LoopCase):
         await run_ended(self.app, self.session["id"])
         self.assertEqual(self.notes(1), [])
         validations = [part for part in await self.parts() if part["kind"] == "validation"]
-        self.assertEqual(validations[0]["data"]["problems"],
-                         [".totem/checks.json checks[0]: command must be one line of text"])
+        self.assertEqual(validations[0]["data"]["problems"], [
+            {"rule": "checks-file", "severity": "warning",
+             "message": ".totem/checks.json checks[0]: command must be one line of text"}])
+        self.assertFalse(validations[0]["data"]["blocking"])
+
+    async def test_the_totaljs_check_reports_an_unbalanced_route_through_the_checks(self):
+        """In a Total.js project the step's edit of a .js file is checked without a question;
+        the problem is a validation part marked as the check's and a line of the note; the next
+        edit's note says the check passed."""
+        with open(os.path.join(self.folder("proj"), "package.json"), "w") as handle:
+            handle.write(TOTAL5)
+        self.model.script(reply(tool_calls=[("write", {"path": "controllers/api.js", "content": UNBALANCED_ROUTE}),
+                                            ("write", {"path": "notes.txt", "content": "ROUTE((\n"})]),
+                          reply(tool_calls=[("write", {"path": "controllers/api.js", "content": ROUTE})]),
+                          reply("Fixed."))
+        await self.prompt("add the route")
+        await run_ended(self.app, self.session["id"])
+        [first] = self.notes(1)
+        self.assertIn("- totaljs on controllers/api.js: found 1 problem", first)
+        self.assertIn("controllers/api.js:3: error: `)` on line 3 does not match the `{` opened on line 1", first)
+        self.assertNotIn("notes.txt", first)
+        [_, second] = self.notes(2)
+        self.assertIn("- totaljs on controllers/api.js: passed", second)
+        validations = [part for part in await self.parts() if part["kind"] == "validation"]
+        self.assertEqual([(v["data"]["kind"], v["data"]["check"], v["data"]["files"], v["data"]["blocking"])
+                          for v in validations], [("check", "totaljs", ["controllers/api.js"], True),
+                                                  ("check", "totaljs", ["controllers/api.js"], False)])
+        self.assertEqual(validations[0]["data"]["problems"][0]["file"], "controllers/api.js")
+        with open(os.path.join(self.folder("proj"), "controllers", "api.js")) as handle:
+            self.assertEqual(handle.read(), ROUTE)  # never undone nor blocked
+
+    async def test_no_totaljs_check_outside_a_totaljs_project(self):
+        """The control: the same edit in a project that is not a Total.js one is not checked."""
+        self.model.script(reply(tool_calls=[("write", {"path": "controllers/api.js", "content": UNBALANCED_ROUTE})]),
+                          reply("Done."))
+        await self.prompt("add the route")
+        await run_ended(self.app, self.session["id"])
+        self.assertEqual(self.notes(1), [])
+        self.assertEqual([part for part in await self.parts() if part["kind"] == "validation"], [])

@@ -24,6 +24,7 @@ from totem.agent.context import (
     estimated_tokens,
     fit_window,
     history_messages,
+    prune_boundary,
 )
 
 TOOLS = [{"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}]
@@ -254,9 +255,9 @@ class CompactionTest(WindowCase):
 
 def test_old_outputs_are_pruned_in_batches_that_keep_the_prefix():
     """As a conversation grows step by step past its window, what is pruned only grows, and it
-    changes in batches (the grid of PRUNE_BATCH_SHARE), not at every step: each request repeats
+    changes in batches (PRUNE_BATCH_SHARE), not at every step: each request repeats
     the previous one's bytes up to the newest step far more often than not. Control: pruning
-    one output at a time (no grid) breaks the prefix at nearly every step."""
+    one output at a time (no batch) breaks the prefix at nearly every step."""
     def pruned_sets(batch_share: float) -> list[frozenset[int]]:
         sets = []
         for steps in range(10, 120):
@@ -271,3 +272,44 @@ def test_old_outputs_are_pruned_in_batches_that_keep_the_prefix():
     assert all(earlier <= later for earlier, later in zip(batched, batched[1:], strict=False))
     assert 0 < changes(batched) <= len(batched) // 3, changes(batched)
     assert changes(pruned_sets(0.0)) > changes(batched) * 3
+
+
+def test_a_boundary_moves_only_when_outgrown_and_then_by_a_whole_batch():
+    """The decision of each request: keep the boundary while it frees enough; past it, free a
+    batch more, or prune every output when less room than a batch is left. Control: without a
+    batch the boundary moves one output at a time."""
+    freed = [0, 10, 20, 30, 40, 50]  # what the oldest k outputs free
+    assert prune_boundary(freed, 0, -1, 20) == 0  # under the budget: nothing pruned
+    assert prune_boundary(freed, 0, 5, 20) == 3  # 5 needed, 20 more: 30 freed
+    assert prune_boundary(freed, 3, 29, 20) == 3  # the boundary still frees enough: it stays
+    assert prune_boundary(freed, 3, 31, 20) == 5  # outgrown, less than a batch of room left: all
+    assert prune_boundary(freed, 3, 31, 0) == 4  # the control: one more output
+
+
+def test_pruning_keeps_its_batches_once_what_cannot_be_pruned_fills_the_window():
+    """When the calls (which are never pruned) take most of the budget, each step's request
+    still prunes in batches: the pruned outputs change at a few steps, each time several, never
+    one more at every step. Control: with no batch they change at nearly every step."""
+    def heavy(steps: int) -> list[dict]:
+        messages = conversation(steps, 1500)
+        for message in messages:
+            for tool_call in message.get("tool_calls") or ():
+                tool_call["function"]["arguments"] = json.dumps({"why": "w" * 500})
+        return messages
+
+    def pruned_sets(batch_share: float) -> list[frozenset[int]]:
+        sets = []
+        for steps in range(26, 42):  # the calls alone: from over 40 % of the budget to two thirds
+            fitted, _pruned = fit_window(heavy(steps), TOOLS, 16_000, batch_share=batch_share)
+            sets.append(frozenset(i for i, m in enumerate(fitted) if "removed to fit" in str(m.get("content"))))
+        return sets
+
+    def moves(sets: list[frozenset[int]]) -> list[int]:
+        return [len(later - earlier) for earlier, later in zip(sets, sets[1:], strict=False) if earlier != later]
+
+    calls = heavy(26)[:2] + [message for message in heavy(26) if message["role"] == "assistant"]
+    assert estimated_tokens(calls, TOOLS) > 16_000 * WINDOW_SHARE * 0.4
+    batched = pruned_sets(PRUNE_BATCH_SHARE)
+    assert all(earlier <= later for earlier, later in zip(batched, batched[1:], strict=False))
+    assert 0 < len(moves(batched)) <= 3 and min(moves(batched)) >= 4, moves(batched)
+    assert len(moves(pruned_sets(0.0))) >= 12

@@ -1,6 +1,7 @@
 """Total.js projects in the browser: a self-checked answer (arriving whole) with its validation
 part beside it, Save as blocked by an error and asking first after a warning, and the Forge
-documentation a prompt was given, shown under the prompt as text; against the real server, the
+documentation a prompt was given, shown under the prompt as text, and the Total.js check of a
+step's edited files; against the real server, the
 scripted model and a local documentation server (no internet)."""
 
 import json
@@ -73,6 +74,29 @@ def test_error_shows_the_problems_and_blocks_save_as(live, page):
     assert sorted(os.listdir(project["path"])) == ["package.json"]
     assert [p["kind"] for m in live.api("sessions_messages", ident=session["id"])["messages"]
             for p in m["parts"] if m["role"] == "assistant"] == ["text", "validation"]
+
+
+def test_the_check_of_an_edited_file_shows_its_file_and_line(live, page):
+    """A step's write of a .js file with an unbalanced route: the step shows the Total.js check
+    as one of the project's checks, with the file and line of the problem; the file stays as
+    written."""
+    project = live.project("edited", {"package.json": PACKAGE})
+    session = live.session(project, "Edited")
+    live.api("settings_save", {"scope": "session", "sessionid": session["id"], "key": "forgedocs", "value": False})
+    open_session(page, project, session)
+    code = "ROUTE('GET /', function($) {\n\t$.plain('hi');\n);\n"
+    live.model.script(reply(tool_calls=[("write", {"path": "controllers/api.js", "content": code})]), reply("Done."))
+    live.api("sessions_prompt", {"text": "Add a route", "model": live.modelref, "autoaccept": True},
+             ident=session["id"])
+    check = page.locator(".part.validation")
+    expect(check.locator(".validation-head")).to_have_text("check totaljs controllers/api.js: 1 problem")
+    expect(check.locator(".validation-head .badge.tool-check")).to_have_text("check totaljs")
+    problem = check.locator("li.problem")
+    expect(problem).to_have_attribute("data-rule", "unbalanced")
+    expect(problem.locator(".problem-place")).to_have_text("controllers/api.js, line 3")
+    expect(page.locator(".msg.assistant").last).to_contain_text("Done.")
+    with open(os.path.join(project["path"], "controllers", "api.js")) as handle:
+        assert handle.read() == code
 
 
 def test_warning_asks_before_saving_and_saves_once_confirmed(live, page):

@@ -1,15 +1,20 @@
-"""Checks after edits: the commands a project declares to look at the files a step changed
-(`.totem/checks.json`: `{"checks": [{"name", "files", "command", "timeout"?}]}`, such as `*.py`
-→ `ruff check {files}`), run once per step after its write, edit and patch calls, batched (one
-run of each check over all its files), and what they said back to the model.
+"""Checks after edits: what looks at the files a step changed, run once per step after its
+write, edit and patch calls, batched (one run of each check over all its files), and what they
+said back to the model. One registry of a project's checks (project_checks): the commands it
+declares (`.totem/checks.json`: `{"checks": [{"name", "files", "command", "timeout"?}]}`, such
+as `*.py` → `ruff check {files}`), and in a Total.js project (totaljs.detect, unless the `forge`
+setting is off) the built-in Total.js check.
 
-A check is a command like any other: it runs as a `bash` call of the step through the same
-permission gate (asked like any command; "always" stores a rule as for any), the sandbox, the
-scrubber, the output cap and a timeout (its own, else the commandtimeout setting); its tool part
-is marked `check` and shown as one, and the model reads what it found as a note after the
-step's results (context.py), never as a call of its own. A check that fails, is refused or
-times out never undoes or blocks the edit: it says so, and the run goes on. A project file can
-only declare commands: nothing here allows one.
+A declared check is a command like any other: it runs as a `bash` call of the step through the
+same permission gate (asked like any command; "always" stores a rule as for any), the sandbox,
+the scrubber, the output cap and a timeout (its own, else the commandtimeout setting); its tool
+part is marked `check` and shown as one. The Total.js check runs in Totem itself (the validator
+of totaljs.py, which reads the changed files and runs nothing, so nothing is asked): its result
+is a `validation` part marked `check`, `{kind, check, files, problems, blocking}`. It is also
+the review of a self-checked answer's code (knowledge.py). The model reads what every check
+found as a note after the step's results (context.py), never as a call of its own. A check that
+fails, is refused or times out never undoes or blocks the edit: it says so, and the run goes
+on. A project file can only declare commands: nothing here allows one.
 
 Must not: decide or ask (the gate does), run a process itself (the bash tool does).
 """
@@ -39,6 +44,10 @@ MAX_CHECKS_BYTES = 64 * 1024
 MAX_TIMEOUT_S = 600
 MAX_FILES_PER_CHECK = 200  # of one step's changes, given to one run of a check
 EDITING_TOOLS = ("write", "edit", "patch")
+TOTALJS_CHECK = "totaljs"  # the name of the built-in Total.js check
+TOTALJS_FILES = (".js", ".mjs", ".cjs", ".html", ".htm")  # what the Total.js check looks at
+MAX_VALIDATED_BYTES = 256 * 1024  # of one file for the Total.js check (a larger one is said, not checked)
+RULE_CHECKS_FILE = "checks-file"  # a problem of .totem/checks.json itself
 
 
 @dataclass(frozen=True)
@@ -55,6 +64,61 @@ class Check:
 
     def command_for(self, paths: list[str]) -> str:
         return self.command.replace("{files}", " ".join(shlex.quote(path) for path in paths))
+
+
+@dataclass(frozen=True)
+class TotalJsCheck:
+    """The built-in check of a Total.js project of `version` (4, 5 or None): the validator of
+    totaljs.py over the step's changed .js and .html files, and over a self-checked answer."""
+
+    version: int | None
+    name: str = TOTALJS_CHECK
+
+    def matching(self, paths: list[str]) -> list[str]:
+        return [path for path in paths if path.lower().endswith(TOTALJS_FILES)]
+
+    async def run(self, root: str, paths: list[str]) -> dict[str, Any]:
+        """`{problems, blocking}` of the files `paths` of the project in `root`."""
+        from totem.workspace import totaljs  # its patterns take a while to compile: not at start-up
+        files = await asyncio.to_thread(_read_texts, root, paths)
+        found = await asyncio.to_thread(totaljs.check_files, files, root=root, version=self.version)
+        return found.view()
+
+    async def review(self, root: str, answer: str, cut: bool) -> dict[str, Any] | None:
+        """`{problems, blocking}` of the code blocks of an answer (cut at the output limit when
+        `cut`), or None when there is nothing to say."""
+        from totem.workspace import totaljs
+        found = await asyncio.to_thread(totaljs.check_answer, answer, root=root, version=self.version, cut=cut)
+        return found.view() if found.problems else None
+
+
+def _read_texts(root: str, paths: list[str]) -> list[tuple[str, str | None]]:
+    """(path, text) of each file, read inside the project and bounded (None for the text of a
+    larger file, which the validator reports as not checked); a file that cannot be read (gone
+    again, or a link outside) is left out. Blocks: call in a thread."""
+    texts: list[tuple[str, str | None]] = []
+    for path in paths:
+        try:
+            with open(resolve_inside(root, path), "rb") as handle:
+                raw = handle.read(MAX_VALIDATED_BYTES + 1)
+        except (BoundaryError, OSError):
+            continue
+        texts.append((path, raw.decode("utf-8", errors="replace") if len(raw) <= MAX_VALIDATED_BYTES else None))
+    return texts
+
+
+def project_checks(root: str, limits: dict[str, Any]) -> tuple[list[Check | TotalJsCheck], list[str]]:
+    """The registry of the project's checks: the declared ones (read_checks), then the Total.js
+    check when the project is a Total.js one and the `forge` setting is on; and the problems
+    of its checks file. Blocks (reads files): call in a thread."""
+    declared, problems = read_checks(root)
+    checks: list[Check | TotalJsCheck] = list(declared)
+    if limits.get("forge", True):
+        from totem.workspace import totaljs
+        detection = totaljs.detect(root)
+        if detection.totaljs:
+            checks.append(TotalJsCheck(detection.version))
+    return checks, problems
 
 
 def read_checks(root: str) -> tuple[list[Check], list[str]]:
@@ -136,14 +200,21 @@ class ProjectChecks:
         if not changed or not parts:
             return
         request = run.request
-        checks, problems = await asyncio.to_thread(read_checks, request.asker.root)
+        root = request.asker.root
+        checks, problems = await asyncio.to_thread(project_checks, root, request.limits)
         first = parts[0].part
         for problem in problems:
             await self.recorder.add_whole(request.sessionid, first["messageid"], "validation", "", "done",
-                                          data={"kind": "check", "problems": [problem]})
+                                          data={"kind": "check", "blocking": False, "problems": [
+                                              {"rule": RULE_CHECKS_FILE, "severity": "warning", "message": problem}]})
         for number, check in enumerate(checks):
             files = check.matching(changed)[:MAX_FILES_PER_CHECK]
             if not files:
+                continue
+            if isinstance(check, TotalJsCheck):
+                found = await check.run(root, files)
+                await self.recorder.add_whole(request.sessionid, first["messageid"], "validation", "", "done",
+                                              data={"kind": "check", "check": check.name, "files": files} | found)
                 continue
             command = check.command_for(files)
             callid = f"check-{first['messageid']}-{number}"

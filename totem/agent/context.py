@@ -190,7 +190,7 @@ def assistant_messages(message: MessageRow, marker: str) -> list[dict]:
     with the run's marker."""
     text = "".join(part["text"] for part in message["parts"] if part["kind"] == "text")
     tools = [part for part in message["parts"] if part["kind"] == "tool" and not part["data"].get("check")]
-    checks = [part for part in message["parts"] if part["kind"] == "tool" and part["data"].get("check")]
+    checks = [part for part in message["parts"] if part["kind"] in ("tool", "validation") and part["data"].get("check")]
     answer: dict = {"role": "assistant", "content": text}
     if tools:
         answer["tool_calls"] = [{"id": part["data"]["callid"], "type": "function",
@@ -216,13 +216,15 @@ def assistant_messages(message: MessageRow, marker: str) -> list[dict]:
 
 def checks_note(checks: list[Any], marker: str) -> str:
     """The note after a step's results: each check of its edits, what became of it, and its
-    output as data in the envelope."""
-    lines = ["[The project's checks after your edits (.totem/checks.json); fix what they found, "
-             "or say why not:]"]
+    output (a command's, or the problems the Total.js check found) as data in the envelope."""
+    lines = ["[The project's checks after your edits; fix what they found, or say why not:]"]
     for part in checks:
         data = part["data"]
         result = data.get("result") if isinstance(data.get("result"), dict) else {}
-        if part["status"] == "denied":
+        problems = data.get("problems") if part["kind"] == "validation" else None
+        if isinstance(problems, list):
+            state = f"found {len(problems)} problem{'s' if len(problems) != 1 else ''}" if problems else "passed"
+        elif part["status"] == "denied":
             state = f"not run: {data.get('error', 'refused')}"
         elif part["status"] != "done":
             state = f"failed: {data.get('error', 'the check did not run to its end')}"
@@ -231,9 +233,20 @@ def checks_note(checks: list[Any], marker: str) -> str:
         else:
             state = "passed" if result.get("exit_code") == 0 else f"found problems (exit {result.get('exit_code')})"
         lines.append(f"- {data['check']} on {', '.join(data.get('files') or [])}: {state}")
-        if part["status"] == "done" and result.get("exit_code") != 0 and data.get("output"):
+        if problems:
+            lines.append(envelope(f"check {data['check']}", "\n".join(map(problem_line, problems)), marker))
+        elif part["status"] == "done" and result.get("exit_code") != 0 and data.get("output"):
             lines.append(envelope(f"check {data['check']}", str(data["output"]), marker))
     return "\n".join(lines)
+
+
+def problem_line(problem: Any) -> str:
+    """`file:line: severity: message (rule)` of one problem of a validation part."""
+    if not isinstance(problem, dict):
+        return str(problem)
+    place = ":".join(str(problem[key]) for key in ("file", "line") if key in problem)
+    return (f"{place}: " if place else "") + f"{problem.get('severity', 'warning')}: {problem.get('message', '')}" + (
+        f" ({problem['rule']})" if problem.get("rule") else "")
 
 
 def conversation_order(history: list[MessageRow], current: str | None = None) -> list[MessageRow]:
@@ -329,12 +342,16 @@ IMAGE_TOKENS = 1600
 # The tool results of this many latest assistant steps are never pruned: the model is using them.
 KEPT_STEPS = 2
 PRUNED_NOTE = "[{tool} output ({size} chars) removed to fit the context window; call {tool} again if needed]"
-# Old outputs are pruned in batches: up to the next line of a grid of this share of the budget
-# (the tokens they free, added oldest first), not just one more at each step. A provider's prompt
-# cache reuses a request's prefix only while it stays the same bytes; the grid, fixed by the
-# window, puts the boundary in the same place at every step and in every run of the session
-# until the conversation has grown by about that much again.
-PRUNE_BATCH_SHARE = 0.5
+# Old outputs are pruned in batches: when a request passes its budget, the oldest outputs go
+# until it is this share of the budget under it (or every prunable one goes, when what cannot be
+# pruned leaves less room than that), and the same ones stay pruned until the conversation has
+# outgrown that room again. A provider's prompt cache reuses a request's prefix only while it
+# stays the same bytes: each batch breaks it once, where the first newly pruned output was.
+# The boundary is replayed from the conversation's own steps (_pruned_batch), so every step and
+# every run of the session draws it in the same place. A deeper batch breaks less often but
+# leaves the model less; 0.6 is the shallowest that keeps bench/long_session.py's 20 prompts of
+# a session at 95 % of request bytes repeating the previous prefix.
+PRUNE_BATCH_SHARE = 0.6
 # A latest output that alone takes more than this share of the request's budget is cut to fit
 # (its middle; at least MIN_CUT_KEEP_CHARS kept, with the envelope's tags) before the conversation
 # is compacted; smaller ones stay whole, and compaction makes the room.
@@ -347,6 +364,7 @@ CUT_NOTE = ("[{removed} of the {size} chars of this {tool} output were cut from 
 
 class ContextFull(Exception):
     """The request passes the window even with every old tool output removed."""
+
 
 
 def sent_messages(body: dict) -> list:
@@ -415,7 +433,7 @@ def fit_window(messages: list[dict], tools: list[dict], window: int, known: bool
     names = tool_names(messages)
     fitted = list(messages)
     pruned = 0
-    for index, note in _pruned_batch(fitted, protected_from, names, total - budget, budget * batch_share):
+    for index, note in _pruned_batch(fitted, tools, protected_from, names, budget, budget * batch_share, sizes):
         total -= int((len(fitted[index]["content"]) - len(note)) / CHARS_PER_TOKEN)
         fitted[index] = dict(fitted[index]) | {"content": note}
         pruned += 1
@@ -466,29 +484,55 @@ def tool_names(messages: list[dict]) -> dict[int, str]:
     return names
 
 
-def _pruned_batch(messages: list[dict], before: int, names: dict[int, str], needed: float,
-                  grid: float) -> list[tuple[int, str]]:
-    """(index, note) of the old tool outputs to prune, oldest first: those that free `needed`
-    tokens, and then on to the next line of the grid of `grid` tokens (PRUNE_BATCH_SHARE), so
-    that the same history prunes the same outputs at every step; all of them when that is not
-    enough."""
-    chosen: list[tuple[int, str]] = []
-    freed = 0.0
+def _pruned_batch(messages: list[dict], tools: list[dict], before: int, names: dict[int, str], budget: int,
+                  batch: float, sizes: Sizes | None) -> list[tuple[int, str]]:
+    """(index, note) of the old tool outputs to prune, oldest first, as the conversation's own
+    steps decided them: replayed from its start, each request point (before each answer, and
+    now) that passed the `budget` moved the boundary on to free `batch` tokens more than it
+    needed (PRUNE_BATCH_SHARE), or to every output it could prune when the room left was
+    smaller than that (prune_boundary). So the same history prunes the same outputs at every
+    step and in every run, and a boundary moves only when the conversation has outgrown it:
+    never one output per step, however little room what cannot be pruned leaves."""
+    candidates: list[tuple[int, str, float]] = []
     for index in range(before):
         message = messages[index]
         content = message.get("content") if message.get("role") == "tool" else None
         if not isinstance(content, str):
             continue
         note = PRUNED_NOTE.format(tool=names.get(index, "tool"), size=len(content))
-        if len(note) >= len(content):
-            continue
-        saving = (len(content) - len(note)) / CHARS_PER_TOKEN
-        crossed = int((freed + saving) // grid) > int(freed // grid) if grid > 0 else True
-        freed += saving
-        chosen.append((index, note))
-        if freed >= needed and crossed:
-            break
-    return chosen
+        if len(note) < len(content):
+            candidates.append((index, note, (len(content) - len(note)) / CHARS_PER_TOKEN))
+    freed = [0.0]  # freed[k]: the tokens the oldest k candidates free
+    for _index, _note, saving in candidates:
+        freed.append(freed[-1] + saving)
+    size = sizes.of if sizes is not None else _json_size
+    counted = 2 + len(json.dumps(tools, ensure_ascii=False))
+    answers = 0
+    taken = reachable = 0  # the boundary (candidates pruned), and the candidates a point may prune
+    steps = [index for index, message in enumerate(messages) if message.get("role") == "assistant"]
+    for point in range(len(messages) + 1):
+        if point == len(messages) or messages[point].get("role") == "assistant":
+            # The request made here held messages[:point]; it could prune up to its own protected steps.
+            protect = steps[answers - KEPT_STEPS] if answers >= KEPT_STEPS else 0
+            while reachable < len(candidates) and candidates[reachable][0] < protect:
+                reachable += 1
+            taken = prune_boundary(freed, taken, counted / CHARS_PER_TOKEN - budget, batch, reachable)
+            answers += point < len(messages)
+        if point < len(messages):
+            counted += size(messages[point]) + 1
+    return [(index, note) for index, note, _saving in candidates[:taken]]
+
+
+def prune_boundary(freed: list[float], taken: int, needed: float, batch: float, reachable: int | None = None) -> int:
+    """How many of the oldest prunable outputs a request prunes: `taken`, the boundary of the
+    requests before it, while that frees the `needed` tokens; else the fewest that free
+    `needed` plus `batch` more, or all it may prune (the first `reachable`; `freed[k]` is what
+    the oldest k free) when the room left is smaller. Pruning all then, not one more at every
+    step, is what keeps the prefix once what cannot be pruned fills most of the window."""
+    last = len(freed) - 1 if reachable is None else reachable
+    if needed <= freed[taken]:
+        return taken
+    return next((count for count in range(taken, last + 1) if freed[count] >= needed + batch), last)
 
 
 def cut_output(content: str, keep: int, tool: str) -> str:

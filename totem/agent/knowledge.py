@@ -7,7 +7,8 @@ it, `forgedocs` for the documentation, `selfcheck` for the review. The documenta
 any note, such as "offline"), and its text reaches the model inside the untrusted-data envelope
 with the prompt (context.user_message); a failure is a note in the part and the run goes on.
 The review (answers.py holds the text until it has run) makes a `validation` part of what needs
-review (totaljs.check_answer).
+review: it is the Total.js check of checks.py (TotalJsCheck, totaljs.check_answer), the one that
+also looks at the files a step's edits changed.
 
 Must not: send the prompt anywhere (forge.py downloads only the index and the page), or add
 anything to a project that is not a Total.js one.
@@ -18,6 +19,7 @@ from __future__ import annotations
 import asyncio
 
 from totem.agent.answers import Review
+from totem.agent.checks import TotalJsCheck
 from totem.agent.recorder import Recorder
 from totem.workspace.forge import ForgeDocs
 
@@ -49,8 +51,8 @@ class TotalJsKnowledge:
         if not check:
             return None
 
+        validator = TotalJsCheck(detection.version)  # the same check as after the edits of a step
+
         async def review(answer: str, cut: bool) -> dict | None:
-            validation = await asyncio.to_thread(totaljs.check_answer, answer, root=root,
-                                                 version=detection.version, cut=cut)
-            return validation.view() if validation.problems else None
+            return await validator.review(root, answer, cut)
         return review

@@ -16,6 +16,9 @@ blocks, and over untagged blocks with a plain JavaScript marker (`require(`, `mo
 `import ... from '...'`, `console.log(`, `ROUTE(`, `NEWSCHEMA(`, `NEWACTION(`). JSX and TSX are
 not checked: their text content defeats a simple lexer.
 
+`check_files()` checks a project's own .js and .html files by the same rules (the checks after
+edits, agent/checks.py), a problem naming its `file` instead of a block.
+
 Rules (`rule` id, severity, what it catches):
 
 | rule                | severity      | catches                                                       |
@@ -226,6 +229,43 @@ def check_answer(text: str, *, root: str | None, version: int | None, cut: bool)
     for block in blocks[:MAX_BLOCKS]:
         checker.check_block(block)
     return checker.validation()
+
+
+def check_files(files: list[tuple[str, str | None]], *, root: str | None, version: int | None) -> Validation:
+    """The problems of a project's files as the step's edits left them, `files` as (path, text,
+    None when the file was too large to read): the JavaScript rules over each whole
+    `.js`/`.mjs`/`.cjs` file and over the `<script>` elements of each `.html`/`.htm` one. A
+    problem names its `file` and `line` instead of a block; `cut` and `empty-block` are rules of
+    answers and never reported here. A file longer than MAX_ANSWER_CHARS is not checked (a
+    warning says so): its cut end would look unbalanced.
+
+    Raises nothing, whatever the text; reads only `root`'s package.json, as check_answer does.
+    """
+    checker = _Checker(root, version)
+    paths: dict[int, str] = {}
+    for index, (path, text) in enumerate(files[:MAX_BLOCKS], start=1):
+        paths[index] = path
+        if text is None or len(text) > MAX_ANSWER_CHARS:
+            checker.add(RULE_NOT_CHECKED, WARNING, f"{path} is too large to check (over {MAX_ANSWER_CHARS} "
+                                                   "characters)", block=index)
+            continue
+        code = text.replace("\r\n", "\n").replace("\r", "\n")
+        if code.strip():
+            language = "html" if path.lower().endswith((".html", ".htm")) else "js"
+            checker.check_block(_Block(index, language, language, code, True))
+    if len(files) > MAX_BLOCKS:
+        checker.add(RULE_NOT_CHECKED, WARNING, f"{len(files)} files were changed: only the first "
+                                               f"{MAX_BLOCKS} were checked")
+    found = checker.validation()
+    problems = []
+    for problem in found.problems:
+        place, line = problem.pop("block", 0), problem.pop("line", 0)
+        if isinstance(place, int) and place in paths:
+            problem["file"] = paths[place]
+            if line:
+                problem["line"] = line
+        problems.append(problem)
+    return Validation(problems, found.blocking)
 
 
 # --- Fenced code blocks ------------------------------------------------------------------------
