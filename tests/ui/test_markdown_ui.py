@@ -1,7 +1,7 @@
 """Model answers rendered as Markdown (static/markdown.js, markdown-it underneath), in Chromium.
 
 The CommonMark specification's examples (tests/assets/commonmark/, a pinned test asset that
-Totem never serves; `make commonmark` refreshes it) are rendered through renderMarkdown() and
+Totem never serves; `make test-assets` refreshes it) are rendered through renderMarkdown() and
 compared with the HTML the specification expects; realistic answers are held against the
 structure a person expects; an answer fed in deltas of random sizes is painted incrementally
 and compared with a one-shot render.
