@@ -71,7 +71,8 @@ bench: $(VENV)/.runtime
 vendor:
 	python3 scripts/vendor.py
 
-# Refresh the browser tests' own files under tests/assets/ (axe-core, pinned in scripts/test_assets.py).
+# Refresh the browser tests' own files under tests/assets/ (axe-core, the CommonMark examples;
+# pinned in scripts/test_assets.py).
 test-assets:
 	python3 scripts/test_assets.py
 

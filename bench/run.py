@@ -22,7 +22,7 @@ import traceback
 
 # Run in this order; each is a module of bench/ with `main() -> list[Row]`.
 BENCHMARKS = ("startup", "agent", "relay", "flush", "snapshots", "long_session", "messages", "mcp_tools", "grep",
-              "sandbox", "memory", "terminal_flood", "long_prompt")
+              "sandbox", "memory", "terminal_flood", "long_prompt", "markdown")
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 STATUS_TEXT = {True: "met", False: "NOT MET", None: ""}

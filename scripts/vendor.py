@@ -32,6 +32,11 @@ PACKAGES = (
     ("highlight", "@highlightjs/cdn-assets", "11.12.0",
      "sha512-KvOKXODaiFmId9xaq3xc5xCL66wVLUuOngDbO9B/kewbFTqdGbn2nJxNhN3H5R1cgDTVj6R8vH0zgiNDEGjpDw==",
      ("highlight.min.js", "LICENSE")),
+    # markdown-it's browser build as an ES module (its dependencies bundled): static/markdown.js
+    # imports it and builds the DOM from its tokens.
+    ("markdown-it", "markdown-it", "15.0.3",
+     "sha512-+Az7Ojz3iRGu8KYMvJ6xVhvrxP3eE+vEtJX75Ow88XBpcQNV/0lGX5ZynIIBftREo4DC2jsveAMDaeltmm8QvQ==",
+     ("dist/browser/markdown-it.esm.min.mjs", "LICENSE")),
 )
 
 

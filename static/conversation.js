@@ -16,7 +16,7 @@
 // collapsed, its page shown as text only) and an answer the problems its code was checked for
 // (`validation`).
 import { h, showValue, formatSize, plural } from '/dom.js';
-import { renderMarkdown } from '/markdown.js';
+import { renderMarkdownInto } from '/markdown.js';
 import { plainReason } from '/words.js';
 import { addSaveButtons } from '/saveas.js';
 import { messageUsage } from '/usage.js';
@@ -455,9 +455,10 @@ export class Conversation {
   }
 }
 
-// An answer's text as Markdown; once it is complete, its code blocks can be saved as files.
+// An answer's text as Markdown (built again only from its last block as it streams); once it is
+// complete, its code blocks can be saved as files.
 function paintMarkdown(view) {
-  view.body.replaceChildren(renderMarkdown(view.text, { complete: !!view.part.closed }));
+  renderMarkdownInto(view.body, view.text, { complete: !!view.part.closed });
   if (view.part.closed) addSaveButtons(view.body);
 }
 

@@ -1,45 +1,59 @@
-// A small Markdown renderer for model output that builds DOM nodes and never parses HTML.
+// Model answers as Markdown: parsed by markdown-it (CommonMark, with GFM tables and
+// strikethrough; static/vendor/markdown-it/), its token stream built into DOM nodes here. No HTML
+// is ever parsed: raw HTML in an answer is text (`html: false`), and every piece of text becomes a
+// Text node, so `<script>` or `<img onerror>` is shown as the characters it is.
 //
-// Every piece of text becomes a Text node, so `<script>` or `<img onerror>` in an answer is shown
-// as the characters it is. Links are made only for http and https URLs (opened in a new tab with
-// rel=noopener); an image is shown only from this server itself (an attachment, say: the CSP's
-// img-src allows nothing else), any other becomes a link. Supported: headings, paragraphs, fenced
-// code (highlighted, with a Copy button), lists (nested, task items), quotes, tables, rules, and
-// inline code, bold, italic, strikethrough, links, images and bare URLs. Unclosed fences (a
-// streaming answer) run to the end.
+// Links are made only for absolute http and https URLs (written as links, autolinks or bare
+// URLs), opened in a new tab with rel=noopener; any other (javascript:, data:, mailto:, a relative
+// path) is not a link and stays as it was written. An image is shown only from this server itself
+// (an attachment, say: the CSP's img-src allows nothing else), another http(s) one becomes a link.
+// A list item that starts with `[ ]` or `[x]` is a task. Code blocks get a bar with their
+// language and a Copy button.
+//
+// While an answer streams, it is painted again at every frame; renderMarkdownInto() keeps the
+// top-level blocks that can no longer change (every one before the last, see finalBlocks) and
+// parses and builds again only from there, so a delta costs about the size of the last block,
+// not of the answer.
 //
 // Code is highlighted by highlight.js (static/vendor/highlight/, a classic script that defines
-// `hljs`) for the languages it knows, once the block is complete; its answer is read back as
-// spans and text only (nothing else of it reaches the page), and without it code stays plain.
+// `hljs`) for the languages it knows, once its block is final (a block before the last, or the
+// answer complete); its answer is read back as spans and text only (nothing else of it reaches
+// the page), and without it code stays plain.
+import markdownit from '/vendor/markdown-it/markdown-it.esm.min.mjs';
 import { h } from '/dom.js';
 
-const MAX_DEPTH = 12;
 const SAFE_PROTOCOLS = new Set(['http:', 'https:']);
+const SCHEME = /^[a-z][a-z0-9+.-]*:/i;
+const TASK = /^\[([ xX])\][ \t]+/;
+const ALIGN = /text-align:\s*(left|center|right)/;
 const MAX_HIGHLIGHT_CHARS = 50000; // a longer block stays plain: highlighting it would stall a frame
-const HIGHLIGHT_CACHE = 64; // blocks whose highlighting is kept (a streaming answer repaints them)
+const HIGHLIGHT_CACHE = 64; // blocks whose highlighting is kept (a repaint finds them again)
 const highlights = new Map(); // `${language}\n${code}` -> a fragment to clone
 
-const FENCE = /^ {0,3}(`{3,}|~{3,})\s*([\w.+#-]*)/;
-const HEADING = /^ {0,3}(#{1,6})\s+(.*?)(?:\s+#+)?\s*$/;
-const RULE = /^ {0,3}([-*_])(?:\s*\1){2,}\s*$/;
-const QUOTE = /^ {0,3}> ?/;
-const ITEM = /^( {0,3})([-*+]|\d{1,9}[.)])(?:[ \t]+|$)/;
-const TABLE_SEPARATOR = /^\s*\|?\s*:?-{1,}:?\s*(?:\|\s*:?-{1,}:?\s*)*\|?\s*$/;
-const TASK = /^\[([ xX])\]\s+/;
+const md = markdownit('default', { html: false, linkify: true, typographer: false });
+// Bare URLs only with their scheme (http://, https://): not "example.com" nor "a@b.c" guessed.
+md.linkify.set({ fuzzyLink: false, fuzzyEmail: false, fuzzyIP: false });
+for (const scheme of ['ftp:', 'mailto:', '//']) md.linkify.add(scheme, null);
 
-const INLINE = [
-  /\\([\\`*_{}[\]()#+\-.!|~<>])/, // 1: an escaped character
-  /(`+)([^`]|[^`][\s\S]*?[^`])\2(?!`)/, // 2, 3: code
-  /!\[([^\]\n]*)\]\(\s*<?([^()\s<>]*)>?(?:\s+"[^"\n]*")?\s*\)/, // 4, 5: an image (never loaded)
-  /\[((?:[^[\]\n]|\[[^\]\n]*\])+)\]\(\s*<?([^()\s<>]*)>?(?:\s+"[^"\n]*")?\s*\)/, // 6, 7: a link
-  /<(https?:\/\/[^\s<>]+)>/, // 8: an autolink
-  /(https?:\/\/[^\s<>()[\]"']*[^\s<>()[\]"'.,:;!?*_~])/, // 9: a bare URL
-  /\*\*(?=\S)([\s\S]*?\S)\*\*/, // 10: bold
-  /(?<![\p{L}\p{N}])__(?=\S)([\s\S]*?\S)__(?![\p{L}\p{N}])/, // 11: bold
-  /\*(?=[^\s*])([\s\S]*?[^\s*])\*/, // 12: italic
-  /(?<![\p{L}\p{N}_])_(?=[^\s_])([\s\S]*?[^\s_])_(?![\p{L}\p{N}_])/, // 13: italic
-  /~~(?=\S)([\s\S]*?\S)~~/, // 14: strikethrough
-].map((re) => re.source).join('|');
+// markdown-it asks validateLink about every destination; an image's may be a path of this server
+// (shown as the image), a link's must be absolute http(s). The image rule says which it is asking
+// for while it runs; a link rule around it (an image inside a link's text) restores the flag.
+let parsingImage = false;
+md.validateLink = (url) => (parsingImage && !SCHEME.test(url) ? true : safeUrl(url) !== null);
+for (const [name, image] of [['link', false], ['image', true]]) {
+  const rule = md.inline.ruler.__rules__.find((entry) => entry.name === name);
+  if (!rule) throw new Error(`markdown-it has no inline rule "${name}"`);
+  const parse = rule.fn;
+  md.inline.ruler.at(name, (state, silent) => {
+    const outer = parsingImage;
+    parsingImage = image;
+    try {
+      return parse(state, silent);
+    } finally {
+      parsingImage = outer;
+    }
+  });
+}
 
 export function safeUrl(raw) {
   try {
@@ -61,128 +75,248 @@ export function localImageUrl(raw) {
   }
 }
 
-// `complete`: the text is whole (not streaming), so a fence left open is finished too.
+// `complete`: the text is whole (not streaming), so its last block is final too.
 export function renderMarkdown(text, { complete = true } = {}) {
+  const box = document.createElement('div');
+  renderMarkdownInto(box, text, { complete });
   const fragment = document.createDocumentFragment();
-  blocks(String(text).replace(/\r\n?/g, '\n').split('\n'), fragment, 0, complete);
+  fragment.append(...box.childNodes);
   return fragment;
 }
 
-const indentOf = (line) => line.length - line.trimStart().length;
+// -- incremental rendering ------------------------------------------------------------------
 
-function startsBlock(line) {
-  return FENCE.test(line) || HEADING.test(line) || RULE.test(line) || QUOTE.test(line) || ITEM.test(line);
+// element -> what was painted in it: the source of the kept blocks, each kept block (its source,
+// nodes and text to look for labels in), the last block's nodes, the reference definitions of the
+// kept source, and all those the painted blocks were built with.
+const painted = new WeakMap();
+
+function freshState() {
+  return { kept: '', blocks: [], tail: [], keptRefs: {}, usedRefs: {} };
 }
 
-function blocks(lines, parent, depth, complete = true) {
-  if (depth > MAX_DEPTH) {
-    parent.append(h('p', null, lines.join('\n')));
-    return;
+// Paint `text` into `element`, which holds only what an earlier call painted there (or nothing).
+// The DOM is the same as a one-shot render of the text (renderMarkdown): a text that does not
+// continue the last one is painted anew, and a kept block that may use a link definition that
+// appeared, changed or went away is built again.
+export function renderMarkdownInto(element, text, { complete = true } = {}) {
+  const source = String(text).replace(/\r\n?/g, '\n').replace(/\0/g, '\uFFFD'); // as markdown-it reads it
+  let state = painted.get(element);
+  if (!state || !source.startsWith(state.kept)) state = restart(element);
+  const parsed = parseTail(state, source);
+  rebuildKeptBlocks(state, parsed.env.references);
+  for (const node of state.tail) node.remove();
+  const groups = topLevelBlocks(parsed.tokens);
+  const keep = finalBlocks(parsed, groups);
+  const kept = [];
+  state.tail = [];
+  groups.forEach((group, index) => {
+    const nodes = build(parsed.tokens, group, { highlight: complete || index < keep });
+    element.append(...nodes);
+    if (index < keep) kept.push(nodes);
+    else state.tail.push(...nodes);
+  });
+  if (keep > 0) keepBlocks(state, parsed, groups, kept);
+  painted.set(element, state);
+}
+
+// How many of the blocks cannot change any more as text is appended: those before the last one
+// that starts on a whole line. The last block may grow, and the text's last line, its newline not
+// there yet, may still join the block before it ("2" becoming "2. item" continues a list).
+function finalBlocks({ tail, tokens }, groups) {
+  const partialLine = tail.endsWith('\n') ? Infinity : tail.split('\n').length - 1;
+  for (let index = groups.length - 1; index >= 0; index -= 1) {
+    if (tokens[groups[index].start].map[0] < partialLine) return index;
   }
-  let i = 0;
-  while (i < lines.length) {
-    const line = lines[i];
-    let match;
-    if (!line.trim()) {
-      i += 1;
-    } else if ((match = FENCE.exec(line))) {
-      const marker = match[1];
-      const closing = new RegExp(`^ {0,3}\\${marker[0]}{${marker.length},}\\s*$`);
-      const body = [];
-      for (i += 1; i < lines.length && !closing.test(lines[i]); i += 1) body.push(lines[i]);
-      const closed = i < lines.length;
-      i += 1;
-      parent.append(codeBlock(body.join('\n'), match[2], { highlight: closed || complete }));
-    } else if ((match = HEADING.exec(line))) {
-      const heading = h(`h${match[1].length}`);
-      inline(match[2], heading, depth);
-      parent.append(heading);
-      i += 1;
-    } else if (RULE.test(line)) {
+  return 0;
+}
+
+function restart(element) {
+  element.replaceChildren();
+  return freshState();
+}
+
+// markdown-it's tokens of the text after the kept blocks, knowing the references defined in them.
+function parseTail(state, source) {
+  const env = { references: { ...state.keptRefs } };
+  return { tail: source.slice(state.kept.length), tokens: md.parse(source.slice(state.kept.length), env), env };
+}
+
+// Build again, in place, the kept blocks that may use a reference definition that appeared,
+// changed or went away since they were built (its label is in their text: a substring may be a
+// use). Definitions usually come at the end of an answer, after the blocks that use them.
+function rebuildKeptBlocks(state, references) {
+  const changed = [...new Set([...Object.keys(references), ...Object.keys(state.usedRefs)])].filter((label) => (
+    references[label]?.href !== state.usedRefs[label]?.href || references[label]?.title !== state.usedRefs[label]?.title));
+  state.usedRefs = { ...references };
+  if (!changed.length) return;
+  for (const block of state.blocks) {
+    if (!changed.some((label) => block.labels.includes(label))) continue;
+    const tokens = md.parse(block.source, { references: { ...references } });
+    const nodes = topLevelBlocks(tokens).flatMap((group) => build(tokens, group, { highlight: true }));
+    block.nodes[0].before(...nodes);
+    for (const node of block.nodes) node.remove();
+    block.nodes = nodes;
+  }
+}
+
+// Keep the first blocks of the tail, one entry each with its nodes (`kept`) and its source (from
+// the end of the one before, through the lines it ends on); the reference definitions in that
+// source are found by markdown-it's block parser alone.
+function keepBlocks(state, parsed, groups, kept) {
+  let start = 0;
+  kept.forEach((nodes, index) => {
+    const end = lineOffset(parsed.tail, parsed.tokens[groups[index].start].map[1]);
+    const source = parsed.tail.slice(start, end);
+    start = end;
+    // Labels are matched normalised (case and runs of spaces folded), so the text is searched so.
+    state.blocks.push({ source, labels: md.utils.normalizeReference(source), nodes });
+  });
+  const chunk = parsed.tail.slice(0, start);
+  const env = { references: state.keptRefs };
+  md.block.parse(chunk, md, env, []);
+  state.keptRefs = env.references;
+  state.kept += chunk;
+}
+
+// The offset in `text` of the start of line `line` (0-based), or its length past its last line.
+function lineOffset(text, line) {
+  let offset = 0;
+  for (let i = 0; i < line; i += 1) {
+    const next = text.indexOf('\n', offset);
+    if (next < 0) return text.length;
+    offset = next + 1;
+  }
+  return offset;
+}
+
+// The top-level blocks of a token stream: [{start, end}] ranges of token indexes.
+function topLevelBlocks(tokens) {
+  const groups = [];
+  let start = -1;
+  tokens.forEach((token, index) => {
+    if (token.level !== 0) return;
+    if (token.nesting === 1) start = index;
+    else if (token.nesting === 0) groups.push({ start: index, end: index + 1 });
+    else groups.push({ start, end: index + 1 });
+  });
+  return groups;
+}
+
+// -- building the DOM from tokens -----------------------------------------------------------
+
+const BLOCK_TAGS = {
+  blockquote_open: 'blockquote', bullet_list_open: 'ul', ordered_list_open: 'ol', list_item_open: 'li',
+  thead_open: 'thead', tbody_open: 'tbody', tr_open: 'tr',
+};
+const INLINE_TAGS = { em_open: 'em', strong_open: 'strong', s_open: 'del' };
+
+// The nodes of one top-level block.
+function build(tokens, { start, end }, options) {
+  const root = document.createDocumentFragment();
+  const stack = [root];
+  for (let i = start; i < end; i += 1) {
+    const token = tokens[i];
+    const parent = stack[stack.length - 1];
+    if (token.nesting === -1) {
+      stack.pop();
+    } else if (token.nesting === 1) {
+      const element = openBlock(token, tokens, i);
+      if (element) parent.append(element.outer ?? element);
+      stack.push(element?.inner ?? element ?? parent);
+    } else if (token.type === 'inline') {
+      inline(token.children, parent);
+    } else if (token.type === 'fence' || token.type === 'code_block') {
+      const language = md.utils.unescapeAll(token.info).trim().split(/\s+/)[0];
+      parent.append(codeBlock(token.content.replace(/\n$/, ''), language, options));
+    } else if (token.type === 'hr') {
       parent.append(h('hr'));
-      i += 1;
-    } else if (QUOTE.test(line)) {
-      const inner = [];
-      for (; i < lines.length && QUOTE.test(lines[i]); i += 1) inner.push(lines[i].replace(QUOTE, ''));
-      const quote = h('blockquote');
-      blocks(inner, quote, depth + 1, complete);
-      parent.append(quote);
-    } else if (ITEM.test(line)) {
-      i = list(lines, i, parent, depth, complete);
-    } else if (line.includes('|') && i + 1 < lines.length && TABLE_SEPARATOR.test(lines[i + 1])
-               && lines[i + 1].includes('-')) {
-      i = table(lines, i, parent, depth);
-    } else {
-      const paragraph = [line];
-      for (i += 1; i < lines.length && lines[i].trim() && !startsBlock(lines[i]); i += 1) paragraph.push(lines[i]);
-      const p = h('p');
-      inline(paragraph.join('\n'), p, depth);
-      parent.append(p);
+    } else if (token.content) {
+      parent.append(token.content); // nothing else is made (html is off): text, to be sure
     }
+  }
+  return [...root.childNodes];
+}
+
+// The element a block's opening token makes ({outer, inner} when it is wrapped), or null for a
+// tight list's paragraph, whose text goes in its item directly.
+function openBlock(token, tokens, index) {
+  if (token.type === 'paragraph_open') return token.hidden ? null : h('p');
+  if (token.type === 'heading_open') return h(token.tag);
+  if (token.type === 'table_open') {
+    const table = h('table');
+    return { outer: h('div', { className: 'table' }, table), inner: table };
+  }
+  if (token.type === 'th_open' || token.type === 'td_open') {
+    const align = ALIGN.exec(token.attrGet('style') || '');
+    return h(token.tag, align ? { className: `align-${align[1]}` } : null);
+  }
+  if (token.type === 'list_item_open') return listItem(tokens, index);
+  const element = h(BLOCK_TAGS[token.type] || 'div');
+  if (token.type === 'ordered_list_open' && token.attrGet('start') != null) element.start = Number(token.attrGet('start'));
+  return element;
+}
+
+// A list item; one whose text starts with `[ ]` or `[x]` is a task, its box shown as a mark.
+function listItem(tokens, index) {
+  const item = h('li');
+  const paragraph = tokens[index + 1];
+  const first = tokens[index + 2]?.children?.[0];
+  const task = paragraph?.type === 'paragraph_open' && first?.type === 'text' ? TASK.exec(first.content) : null;
+  if (task) {
+    first.content = first.content.slice(task[0].length);
+    item.className = 'task';
+    item.append(h('span', { className: `check${task[1] === ' ' ? '' : ' done'}`, 'aria-hidden': 'true' },
+      task[1] === ' ' ? '☐' : '☑'), ' ');
+  }
+  return item;
+}
+
+function inline(tokens, parent) {
+  const stack = [parent];
+  for (const token of tokens || []) {
+    const top = stack[stack.length - 1];
+    if (token.nesting === -1) stack.pop();
+    else if (token.type === 'link_open') {
+      const url = safeUrl(token.attrGet('href') || '');
+      const anchor = url ? link(token.attrGet('href'), null, null, token.attrGet('title')) : null;
+      if (anchor) top.append(anchor);
+      stack.push(anchor ?? top);
+    } else if (token.nesting === 1) {
+      const element = h(INLINE_TAGS[token.type] || 'span');
+      top.append(element);
+      stack.push(element);
+    } else if (token.type === 'softbreak') top.append('\n');
+    else if (token.type === 'hardbreak') top.append(h('br'));
+    else if (token.type === 'code_inline') top.append(h('code', null, token.content));
+    else if (token.type === 'image') top.append(image(token));
+    else if (token.content) top.append(token.content);
   }
 }
 
-function list(lines, start, parent, depth, complete) {
-  const first = ITEM.exec(lines[start]);
-  const ordered = /\d/.test(first[2]);
-  const element = h(ordered ? 'ol' : 'ul');
-  if (ordered && parseInt(first[2], 10) !== 1) element.start = parseInt(first[2], 10);
-  let i = start;
-  while (i < lines.length) {
-    const match = ITEM.exec(lines[i]);
-    if (!match || /\d/.test(match[2]) !== ordered) break;
-    const width = match[0].length;
-    const body = [lines[i].slice(width)];
-    for (i += 1; i < lines.length; i += 1) {
-      const next = lines[i];
-      if (!next.trim()) {
-        let j = i + 1;
-        while (j < lines.length && !lines[j].trim()) j += 1;
-        if (j < lines.length && indentOf(lines[j]) >= 2) { body.push(''); continue; }
-        break;
-      }
-      if (indentOf(next) >= 2) body.push(next.slice(Math.min(indentOf(next), width)));
-      else if (startsBlock(next)) break;
-      else body.push(next); // a lazy continuation line
-    }
-    const item = h('li');
-    const task = TASK.exec(body[0]);
-    if (task) {
-      body[0] = body[0].slice(task[0].length);
-      item.className = 'task';
-      item.append(h('span', { className: `check${task[1] === ' ' ? '' : ' done'}`, 'aria-hidden': 'true' },
-        task[1] === ' ' ? '☐' : '☑'), ' ');
-    }
-    blocks(body, item, depth + 1, complete);
-    // An item without blank lines (a tight list) holds its text directly, without paragraphs.
-    if (!body.includes('')) for (const p of item.querySelectorAll(':scope > p')) p.replaceWith(...p.childNodes);
-    element.append(item);
+// An image of this server as an image; another http(s) one as a link to it, never loaded.
+function image(token) {
+  const src = token.attrGet('src') || '';
+  const alt = altText(token.children);
+  const local = localImageUrl(src);
+  if (local) {
+    return h('img', { src: local, alt, title: token.attrGet('title') || alt || null, className: 'md-image', loading: 'lazy' });
   }
-  parent.append(element);
-  return i;
+  const url = safeUrl(src);
+  if (url) return link(src, `image: ${alt || src}`, 'image-link', `Image, not loaded here: ${src}`);
+  return alt; // not reached: markdown-it keeps no other destination
 }
 
-function cells(row) {
-  let text = row.trim();
-  if (text.startsWith('|')) text = text.slice(1);
-  if (text.endsWith('|') && !text.endsWith('\\|')) text = text.slice(0, -1);
-  return text.split(/(?<!\\)\|/).map((cell) => cell.trim().replace(/\\\|/g, '|'));
+function altText(tokens) {
+  return (tokens || []).map((token) => (token.type === 'image' ? altText(token.children)
+    : token.type === 'softbreak' || token.type === 'hardbreak' ? '\n' : token.content)).join('');
 }
 
-function table(lines, start, parent, depth) {
-  const aligns = cells(lines[start + 1]).map((cell) => (
-    cell.startsWith(':') && cell.endsWith(':') ? 'center' : cell.endsWith(':') ? 'right' : ''));
-  const row = (text, tag) => h('tr', null, cells(text).map((cell, index) => {
-    const element = h(tag, aligns[index] ? { className: `align-${aligns[index]}` } : null);
-    inline(cell, element, depth);
-    return element;
-  }));
-  const body = h('tbody');
-  let i = start + 2;
-  for (; i < lines.length && lines[i].trim() && lines[i].includes('|'); i += 1) body.append(row(lines[i], 'td'));
-  parent.append(h('div', { className: 'table' }, h('table', null, h('thead', null, row(lines[start], 'th')), body)));
-  return i;
+function link(url, label, className, title) {
+  return h('a', { href: url, target: '_blank', rel: 'noopener noreferrer', className, title: title || url }, label);
 }
+
+// -- code blocks ----------------------------------------------------------------------------
 
 export function codeBlock(code, language, { highlight = true } = {}) {
   const colored = highlight ? highlighted(code, language) : null;
@@ -234,64 +368,6 @@ function spans(source, parent) {
       parent.append(span);
     } else if (node.nodeType === Node.ELEMENT_NODE) parent.append(node.textContent);
   }
-}
-
-// Plain text with its line breaks.
-function text(value, parent) {
-  const lines = value.split('\n');
-  lines.forEach((line, index) => {
-    if (index) parent.append(h('br'));
-    if (line) parent.append(line);
-  });
-}
-
-function inline(source, parent, depth) {
-  if (depth > MAX_DEPTH) {
-    text(source, parent);
-    return;
-  }
-  const pattern = new RegExp(INLINE, 'gu');
-  let last = 0;
-  let m;
-  while ((m = pattern.exec(source))) {
-    if (m.index > last) text(source.slice(last, m.index), parent);
-    last = pattern.lastIndex;
-    if (m[1] !== undefined) {
-      parent.append(m[1]);
-    } else if (m[2] !== undefined) {
-      parent.append(h('code', null, m[3].replace(/\n/g, ' ')));
-    } else if (m[4] !== undefined) {
-      const local = localImageUrl(m[5]);
-      const url = safeUrl(m[5]);
-      if (local) parent.append(h('img', { src: local, alt: m[4], title: m[4] || null, className: 'md-image', loading: 'lazy' }));
-      else if (url) parent.append(link(url, `image: ${m[4] || url}`, 'image-link', `Image, not loaded here: ${url}`));
-      else text(m[0], parent);
-    } else if (m[6] !== undefined) {
-      const url = safeUrl(m[7]);
-      if (url) {
-        const anchor = link(url, null);
-        inline(m[6], anchor, depth + 1);
-        parent.append(anchor);
-      } else {
-        text(m[0], parent); // javascript:, data:, relative paths...: shown as they were written
-      }
-    } else if (m[8] !== undefined || m[9] !== undefined) {
-      const raw = m[8] ?? m[9];
-      const url = safeUrl(raw);
-      parent.append(url ? link(url, raw) : raw);
-    } else {
-      const [tag, inner] = m[10] ?? m[11] ? ['strong', m[10] ?? m[11]]
-        : m[12] ?? m[13] ? ['em', m[12] ?? m[13]] : ['del', m[14]];
-      const element = h(tag);
-      inline(inner, element, depth + 1);
-      parent.append(element);
-    }
-  }
-  if (last < source.length) text(source.slice(last), parent);
-}
-
-function link(url, label, className, title) {
-  return h('a', { href: url, target: '_blank', rel: 'noopener noreferrer', className, title: title || url }, label);
 }
 
 // One listener for every Copy button under `root`.

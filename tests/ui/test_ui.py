@@ -582,9 +582,9 @@ MARKDOWN_CASES = [
                                '<li class="task"><span class="check" aria-hidden="true">☐</span> open</li></ul>'),
     ("| a | b |\n|---|--:|\n| 1 | 2 |", '<div class="table"><table><thead><tr><th>a</th><th class="align-right">b</th>'
                                        '</tr></thead><tbody><tr><td>1</td><td class="align-right">2</td></tr></tbody></table></div>'),
-    ("> quoted\n> more", "<blockquote><p>quoted<br>more</p></blockquote>"),
+    ("> quoted\n> more", "<blockquote><p>quoted\nmore</p></blockquote>"),  # a soft break, not <br>
     ("snake_case_name and 2 * 3 * 4", "<p>snake_case_name and 2 * 3 * 4</p>"),
-    ("<b>hi</b> &amp;", "<p>&lt;b&gt;hi&lt;/b&gt; &amp;amp;</p>"),
+    ("<b>hi</b> &amp;", "<p>&lt;b&gt;hi&lt;/b&gt; &amp;</p>"),  # HTML as text, the entity as its character
     ("[x](javascript:alert(1)) [y](data:text/html,hi) [z](/relative)",
      "<p>[x](javascript:alert(1)) [y](data:text/html,hi) [z](/relative)</p>"),
     ("see https://example.com/a.", '<p>see <a href="https://example.com/a" target="_blank" rel="noopener noreferrer" '
