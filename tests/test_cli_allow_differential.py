@@ -26,7 +26,7 @@ import pytest
 
 from totem.cli import allow_rule
 
-LINES = int(os.environ.get("TOTEM_ALLOW_LINES", "1000"))
+LINES = int(os.environ.get("TOTEM_ALLOW_LINES", "500"))
 SEED = int(os.environ.get("TOTEM_ALLOW_SEED", "11"))
 SHELLS = [path for path in map(shutil.which, ("bash", "dash")) if path]
 NAMES = ("read", "edit", "write", "patch", "bash", "grep", "glob", "list", "fetch", "task", "f", "npm", "a_b",
