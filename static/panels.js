@@ -3,7 +3,7 @@
 // file tree (read one level at a time, when a folder is opened).
 import { api, problemText as sentence } from '/api.js';
 import { h, byId, formatSize, pressable, plural, confirmAction, toast } from '/dom.js';
-import { renderFileDiff, counts, statusLetter } from '/diff.js';
+import { renderFileDiff, counts, statusLetter, shownView, viewToggle, SPLIT_MEDIA } from '/diff.js';
 
 const TODO_MARKS = { pending: '○', in_progress: '◐', done: '●' };
 const GIT_LETTERS = { modified: 'M', added: 'A', deleted: 'D', renamed: 'R', copied: 'C', typechange: 'T',
@@ -353,7 +353,8 @@ function refusal(error) {
 }
 
 // The files the open session changed (Sessions|diff), each with its status and counts; the one
-// chosen shows its patch below the list (and the column widens while it does).
+// chosen shows its patch below the list (and the column widens while it does), unified or split
+// as chosen with the buttons in its head.
 export class ChangesPanel {
   constructor() {
     this.list = byId('diff-files');
@@ -364,6 +365,8 @@ export class ChangesPanel {
     this.chosen = null;
     this.reading = 0; // only the answer to the latest read is shown
     this.reset(null);
+    // A screen turned or resized across the phone width: split appears or gives way to unified.
+    window.matchMedia(SPLIT_MEDIA).addEventListener('change', () => this.paintView());
   }
 
   reset(sessionid) {
@@ -437,11 +440,23 @@ export class ChangesPanel {
     const entry = this.files.find((file) => file.path === chosen);
     const close = h('button', { type: 'button', className: 'icon diff-close', title: 'Close the diff',
       'aria-label': 'Close the diff', onclick: () => this.close() }, '×');
-    this.view.replaceChildren(entry ? renderFileDiff(entry, { actions: close })
+    const toggle = viewToggle(() => this.paintView());
+    const focused = this.focusedControl();
+    this.view.replaceChildren(entry ? renderFileDiff(entry, { actions: [toggle, close], view: shownView() })
       : h('div', { className: 'file-diff' }, h('div', { className: 'diff-head' },
         h('code', { className: 'diff-path' }, chosen), close),
       h('p', { className: 'muted diff-note' }, this.read
         ? 'No change of this session in this file now (not changed by it, undone, or back as it was)' : 'Reading…')));
+    if (focused) this.view.querySelector(focused)?.focus();
+  }
+
+  // The button of the view that has the keyboard, if one has: the view is drawn again at every
+  // change of the files, and the keyboard must stay where it was rather than fall to the page.
+  focusedControl() {
+    const active = document.activeElement;
+    if (!active || !this.view.contains(active)) return null;
+    if (active.dataset.view) return `.diff-mode button[data-view="${active.dataset.view}"]`;
+    return active.classList.contains('diff-close') ? '.diff-close' : null;
   }
 }
 
