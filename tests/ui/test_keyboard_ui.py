@@ -18,6 +18,8 @@ pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),
                                 reason=f"the browser tests need Debian's Chromium at {CHROMIUM}")
 
 TAB_LIMIT = 200
+WIDE = {"width": 1360, "height": 820}
+NARROW = {"width": 390, "height": 844}  # the drawers and the header's menu
 
 # The focused element in a few words, for the list of what Tab passed.
 DESCRIBE = """(el) => {
@@ -83,6 +85,26 @@ def type_over(page, text: str) -> None:
     page.keyboard.type(text)
 
 
+def open_drawer(page, name: str, narrow: bool) -> None:
+    """On a narrow screen, open the drawer (side: the sessions; panels: Changes, Git...) with its
+    toggle in the header; on a wide one its column is always shown."""
+    if not narrow:
+        return
+    toggle = f"toggle-{name}"
+    if page.locator(f"#{toggle}").get_attribute("aria-expanded") == "true":
+        return
+    press(page, by_id(toggle))
+    expect(page.locator(f"#{toggle}")).to_have_attribute("aria-expanded", "true")
+
+
+def close_drawer(page, name: str, narrow: bool) -> None:
+    """Escape closes an open drawer (and gives the keyboard back to its toggle)."""
+    if not narrow:
+        return
+    page.keyboard.press("Escape")
+    expect(page.locator(f"#toggle-{name}")).to_have_attribute("aria-expanded", "false")
+
+
 def read(*parts):
     with open(os.path.join(*parts)) as handle:
         return handle.read()
@@ -99,13 +121,18 @@ def make_repository(root: str) -> None:
     git(root, "commit", "-q", "-m", "first")
 
 
-def test_the_whole_task_with_the_keyboard_alone(live, context):
-    """First run to merge without a mouse; where a control is out of the keyboard's reach,
-    tab_to fails naming every element it passed."""
-    live.api("providers_remove", ident=live.modelref.split("/", 1)[0], method="POST")  # a first run
-    root = os.path.join(live.tmp, "projects", "keys")
+@pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["wide", "narrow"])
+def test_the_whole_task_with_the_keyboard_alone(live, context, viewport):
+    """First run to merge without a mouse, on a wide screen and at 390 px (where the sessions,
+    the panels and the header's buttons are in drawers opened from the header); where a control
+    is out of the keyboard's reach, tab_to fails naming every element it passed."""
+    narrow = viewport is NARROW
+    for provider in live.api("providers"):  # a first run
+        live.api("providers_remove", ident=provider["id"], method="POST")
+    root = os.path.join(live.tmp, "projects", f"keys{viewport['width']}")
     make_repository(root)
     page = context.new_page()
+    page.set_viewport_size(viewport)
 
     # Sign in: the token field has the focus.
     page.goto("/login")
@@ -133,8 +160,9 @@ def test_the_whole_task_with_the_keyboard_alone(live, context):
     expect(dialog).to_be_hidden()
     expect(page.locator("#first-run")).to_be_hidden()
 
-    # A project: the folder dialog, its path typed.
-    press(page, by_id("welcome-open"))
+    # A project: the folder dialog from the Projects list, its path typed.
+    open_drawer(page, "side", narrow)
+    press(page, by_id("open-folder"))
     folders = page.locator("#folder-dialog")
     expect(folders).to_be_visible()
     tab_to(page, by_id("folder-path"))
@@ -144,10 +172,12 @@ def test_the_whole_task_with_the_keyboard_alone(live, context):
     press(page, by_id("folder-open"))
     expect(folders).to_be_hidden()
     expect(page.locator("#project-title")).to_have_text(root)
-    shot(page, "keyboard-project.png")
+    shot(page, f"keyboard-project-{viewport['width']}.png")
 
     # A session, and a prompt whose answer edits a file and asks first.
-    press(page, by_id("new-session"))
+    open_drawer(page, "side", narrow)
+    press(page, by_id("new-session"))  # which closes the drawer
+    expect(page.locator("#toggle-side")).to_have_attribute("aria-expanded", "false")
     expect(page.locator("#session-view")).to_be_visible()
     live.model.script(reply(tool_calls=[("edit", {"path": "a.txt", "old": "two", "new": "TWO"})]), reply("Edited."))
     tab_to(page, by_id("prompt"))
@@ -160,16 +190,22 @@ def test_the_whole_task_with_the_keyboard_alone(live, context):
     expect(page.locator(".msg.assistant .md").last).to_have_text("Edited.")
     assert read(root, "a.txt") == "one\nTWO\nthree\n"
 
-    # Changes: the file's diff, split, then closed.
+    # Changes: the file's diff, split (unified on a phone, which Split says), then closed.
+    open_drawer(page, "panels", narrow)
     press(page, "(el) => el.matches('#diff-files li[data-path=\"a.txt\"]')")
     view = page.locator("#diff-view")
     expect(view.locator(".diff-add")).to_have_text(["+TWO"])
     press(page, button("Split", "#diff-view"), "Space")
-    expect(view.locator(".diff-text.split-new.diff-add")).to_have_text(["TWO"])
-    expect(view.locator(".diff-text.split-old.diff-del")).to_have_text(["two"])
+    if narrow:
+        expect(view.get_by_role("button", name="Split")).to_have_attribute("aria-disabled", "true")
+        expect(view.locator("pre.diff .diff-add")).to_have_text(["+TWO"])
+    else:
+        expect(view.locator(".diff-text.split-new.diff-add")).to_have_text(["TWO"])
+        expect(view.locator(".diff-text.split-old.diff-del")).to_have_text(["two"])
+    shot(page, f"keyboard-changes-{viewport['width']}.png")
     press(page, button("Close the diff", "#diff-view"))
     expect(view).to_be_hidden()
-    shot(page, "keyboard-changes.png")
+    close_drawer(page, "panels", narrow)
 
     # Undo from the message that changed the file, then Redo.
     tab_to(page, button("Undo", ".msg.assistant.changed"), back=True)
@@ -181,6 +217,7 @@ def test_the_whole_task_with_the_keyboard_alone(live, context):
     assert read(root, "a.txt") == "one\nTWO\nthree\n"
 
     # A session in a worktree: its form, a prompt with Auto-accept (Space), and its merge.
+    open_drawer(page, "side", narrow)
     press(page, by_id("new-worktree"))
     form = page.locator("#worktree-form")
     expect(form).to_be_visible()
@@ -189,6 +226,7 @@ def test_the_whole_task_with_the_keyboard_alone(live, context):
     page.keyboard.press("Enter")
     expect(form).to_be_hidden()
     expect(page.locator("#session-title")).to_have_text("Add notes")
+    expect(page.locator("#toggle-side")).to_have_attribute("aria-expanded", "false")  # done with the list
     expect(page.locator("#session-branch")).to_have_text("⎇ totem/add-notes")
     worktree = live.api("sessions_read", ident=page.locator("#sessions li.active").get_attribute("data-id"))["worktree"]
     live.model.script(reply(tool_calls=[("write", {"path": "notes.txt", "content": "from the worktree\n"})]),
@@ -200,6 +238,7 @@ def test_the_whole_task_with_the_keyboard_alone(live, context):
     page.keyboard.press("Enter")
     expect(page.locator(".msg.assistant .md").last).to_have_text("Wrote it.")
     assert read(worktree, "notes.txt") == "from the worktree\n"
+    open_drawer(page, "panels", narrow)
     block = page.locator("#git .worktree")
     expect(block.locator(".wt-changes li[data-path='notes.txt']")).to_be_visible()
 
@@ -219,4 +258,16 @@ def test_the_whole_task_with_the_keyboard_alone(live, context):
     assert read(root, "notes.txt") == "from the worktree\n"
     assert git(root, "log", "-1", "--format=%s").strip() == "Merge totem/add-notes: Add notes"
     assert git(root, "status", "--porcelain") == " M a.txt\n"  # the first session's edit, never committed
-    shot(page, "keyboard-merged.png")
+    shot(page, f"keyboard-merged-{viewport['width']}.png")
+
+
+def test_tab_to_fails_naming_what_it_passed(live, context):
+    """The control of tab_to: a control the keyboard cannot reach (here Sign in taken out of the
+    Tab order, as a row without tabindex would be) fails, listing the elements it passed."""
+    page = context.new_page()
+    page.goto("/login")
+    expect(page.locator("#token")).to_be_focused()
+    page.evaluate("document.querySelector('#login button').tabIndex = -1")
+    with pytest.raises(AssertionError) as failure:
+        tab_to(page, button("Sign in"), limit=6)
+    assert 'input#token' in str(failure.value) and "after 6 presses of Tab" in str(failure.value)
