@@ -406,11 +406,22 @@ export class ChangesPanel {
   }
 
   close() {
+    const closed = this.chosen;
+    const fromView = this.view.contains(document.activeElement);
     this.chosen = null;
     this.paint();
+    // Closed from the keyboard: it goes back to the file's row rather than to the page's start.
+    if (fromView) this.row(closed)?.focus();
+  }
+
+  row(path) {
+    return [...this.list.children].find((item) => item.dataset.path === path) ?? null;
   }
 
   paint() {
+    // The rows are drawn again: the one that had the keyboard keeps it.
+    const active = document.activeElement;
+    const focusedPath = active && this.list.contains(active) ? active.dataset.path : undefined;
     this.count.textContent = this.files.length ? String(this.files.length) : '';
     this.list.replaceChildren(...this.files.map((file) => h('li', {
       className: file.path === this.chosen ? 'active' : '', title: `${file.path} (${file.status})`,
@@ -422,6 +433,7 @@ export class ChangesPanel {
     if (!this.files.length) {
       this.list.append(h('li', { className: 'empty' }, this.sessionid ? 'No file changed in this session' : 'No session'));
     }
+    if (focusedPath !== undefined) this.row(focusedPath)?.focus();
     this.paintView();
   }
 

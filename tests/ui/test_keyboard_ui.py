@@ -3,7 +3,12 @@ edit from its diff, read it in Changes (split), undo and redo it, then a session
 and its merge. Only Tab, Shift+Tab, Enter, Space, Escape and the arrows move and press (text is
 typed); no click, no mouse. Each control is found as a person finds it: by pressing Tab until it
 has the focus, and a control the keyboard cannot reach fails the test with the list of the
-elements passed on the way."""
+elements passed on the way.
+
+What the keyboard needed: the Changes list and its diff are drawn again at every read of the
+files, which dropped the focus to the page's start; the row chosen (and the button pressed in
+the diff) keep it now, and closing the diff gives it back to the file's row (without that,
+the checks of the focus after Enter on a row and after Close fail)."""
 
 import os
 
@@ -195,6 +200,8 @@ def test_the_whole_task_with_the_keyboard_alone(live, context, viewport):
     press(page, "(el) => el.matches('#diff-files li[data-path=\"a.txt\"]')")
     view = page.locator("#diff-view")
     expect(view.locator(".diff-add")).to_have_text(["+TWO"])
+    row = page.locator("#diff-files li[data-path='a.txt']")
+    expect(row).to_be_focused()  # the list drawn again, the keyboard still on the file
     press(page, button("Split", "#diff-view"), "Space")
     if narrow:
         expect(view.get_by_role("button", name="Split")).to_have_attribute("aria-disabled", "true")
@@ -205,6 +212,7 @@ def test_the_whole_task_with_the_keyboard_alone(live, context, viewport):
     shot(page, f"keyboard-changes-{viewport['width']}.png")
     press(page, button("Close the diff", "#diff-view"))
     expect(view).to_be_hidden()
+    expect(row).to_be_focused()  # back on the file whose diff it was
     close_drawer(page, "panels", narrow)
 
     # Undo from the message that changed the file, then Redo.
