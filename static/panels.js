@@ -144,14 +144,15 @@ export class GitPanel {
     const note = this.note;
     if (!note || note.sessionid !== this.session?.id) return null;
     if (note.kind === 'refused') {
-      return h('div', { className: 'worktree-refused', role: 'alert' },
+      return h('div', { className: 'worktree-refused worktree-note', role: 'alert', tabIndex: -1 },
         h('strong', null, 'Merge refused'),
         h('p', { className: 'refused-reason' }, note.text),
         note.files.length ? h('ul', { className: 'refused-files' },
           note.files.map((file) => h('li', { dataset: { path: file } }, h('code', null, file)))) : null,
         h('p', { className: 'muted' }, 'Nothing was changed: not the project, not the worktree.'));
     }
-    return h('p', { className: note.kind === 'merged' ? 'worktree-merged' : 'error worktree-error', role: 'status' }, note.text);
+    return h('p', { className: `${note.kind === 'merged' ? 'worktree-merged' : 'error worktree-error'} worktree-note`, role: 'status',
+      tabIndex: -1 }, note.text);
   }
 
   leftoverBlock(items) {
@@ -210,6 +211,9 @@ export class GitPanel {
         + 'with uncommitted changes there, nothing is changed.'),
     ] });
     if (!yes) return;
+    // Merge pressed from the keyboard: the button is drawn again (disabled) while it merges, so
+    // the keyboard goes to the outcome's note instead of falling to the page's start.
+    const fromKeyboard = this.box.contains(document.activeElement);
     const body = author.body();
     if (author.element && !body) {
       this.setNote(session, { kind: 'error', text: 'Not merged: the commit needs an author. Give a name and an email address, then Merge again.' });
@@ -227,12 +231,14 @@ export class GitPanel {
     } finally {
       this.busy = false;
       if (this.session?.id === session.id) await this.reload();
+      if (fromKeyboard) this.box.querySelector('.worktree-note')?.focus();
     }
     const files = result.files ?? [];
     this.setNote(session, { kind: 'merged', text: `Merged ${branch} into ${result.into}: ${plural(files.length, 'file')}`
       + `${files.length ? ` (${files.slice(0, MAX_LISTED).join(', ')}${files.length > MAX_LISTED ? ', …' : ''})` : ''}`
       + `, commit ${String(result.commit).slice(0, 10)}.` });
     this.paint();
+    if (fromKeyboard) this.box.querySelector('.worktree-note')?.focus();
     this.onMerged?.(result, session);
   }
 

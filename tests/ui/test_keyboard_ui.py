@@ -108,6 +108,7 @@ def close_drawer(page, name: str, narrow: bool) -> None:
         return
     page.keyboard.press("Escape")
     expect(page.locator(f"#toggle-{name}")).to_have_attribute("aria-expanded", "false")
+    expect(page.locator(f"#toggle-{name}")).to_be_focused()
 
 
 def read(*parts):
@@ -132,8 +133,10 @@ def test_the_whole_task_with_the_keyboard_alone(live, context, viewport):
     the panels and the header's buttons are in drawers opened from the header); where a control
     is out of the keyboard's reach, tab_to fails naming every element it passed."""
     narrow = viewport is NARROW
-    for provider in live.api("providers"):  # a first run
+    for provider in live.api("providers"):  # a first run: no provider, no project
         live.api("providers_remove", ident=provider["id"], method="POST")
+    for project in live.api("projects"):
+        live.api("projects_remove", ident=project["id"], method="POST")
     root = os.path.join(live.tmp, "projects", f"keys{viewport['width']}")
     make_repository(root)
     page = context.new_page()
@@ -164,10 +167,11 @@ def test_the_whole_task_with_the_keyboard_alone(live, context, viewport):
     page.keyboard.press("Escape")
     expect(dialog).to_be_hidden()
     expect(page.locator("#first-run")).to_be_hidden()
+    # Its button gone with it, the keyboard is on the page's next step, not at its start.
+    expect(page.locator("#welcome-open")).to_be_focused()
 
-    # A project: the folder dialog from the Projects list, its path typed.
-    open_drawer(page, "side", narrow)
-    press(page, by_id("open-folder"))
+    # A project: the folder dialog, its path typed.
+    press(page, by_id("welcome-open"))
     folders = page.locator("#folder-dialog")
     expect(folders).to_be_visible()
     tab_to(page, by_id("folder-path"))
@@ -184,6 +188,7 @@ def test_the_whole_task_with_the_keyboard_alone(live, context, viewport):
     press(page, by_id("new-session"))  # which closes the drawer
     expect(page.locator("#toggle-side")).to_have_attribute("aria-expanded", "false")
     expect(page.locator("#session-view")).to_be_visible()
+    expect(page.locator("#prompt")).to_be_focused()
     live.model.script(reply(tool_calls=[("edit", {"path": "a.txt", "old": "two", "new": "TWO"})]), reply("Edited."))
     tab_to(page, by_id("prompt"))
     page.keyboard.type("Change line two")
@@ -222,6 +227,7 @@ def test_the_whole_task_with_the_keyboard_alone(live, context, viewport):
     assert read(root, "a.txt") == "one\ntwo\nthree\n"
     press(page, by_id("redo"))
     expect(page.locator("#redo-bar")).to_be_hidden()
+    expect(page.locator("#prompt")).to_be_focused()  # not the page's start: the bar is gone
     assert read(root, "a.txt") == "one\nTWO\nthree\n"
 
     # A session in a worktree: its form, a prompt with Auto-accept (Space), and its merge.
@@ -235,6 +241,7 @@ def test_the_whole_task_with_the_keyboard_alone(live, context, viewport):
     expect(form).to_be_hidden()
     expect(page.locator("#session-title")).to_have_text("Add notes")
     expect(page.locator("#toggle-side")).to_have_attribute("aria-expanded", "false")  # done with the list
+    expect(page.locator("#prompt")).to_be_focused()
     expect(page.locator("#session-branch")).to_have_text("⎇ totem/add-notes")
     worktree = live.api("sessions_read", ident=page.locator("#sessions li.active").get_attribute("data-id"))["worktree"]
     live.model.script(reply(tool_calls=[("write", {"path": "notes.txt", "content": "from the worktree\n"})]),
@@ -263,6 +270,7 @@ def test_the_whole_task_with_the_keyboard_alone(live, context, viewport):
     page.keyboard.press("Enter")
     expect(confirm).to_be_hidden()
     expect(block.locator(".worktree-merged")).to_contain_text("Merged totem/add-notes into main: 1 file (notes.txt)")
+    expect(block.locator(".worktree-merged")).to_be_focused()  # Merge is disabled now: the keyboard is on the outcome
     assert read(root, "notes.txt") == "from the worktree\n"
     assert git(root, "log", "-1", "--format=%s").strip() == "Merge totem/add-notes: Add notes"
     assert git(root, "status", "--porcelain") == " M a.txt\n"  # the first session's edit, never committed
