@@ -166,7 +166,16 @@ function paintUsage() {
 
 // A provider to start with: shown while none is saved.
 function paintFirstRun() {
-  byId('first-run').hidden = state.catalog.providers.length > 0;
+  const notice = byId('first-run');
+  const had = notice.contains(document.activeElement);
+  notice.hidden = state.catalog.providers.length > 0;
+  if (had && notice.hidden) focusNextStep();
+}
+
+// The keyboard's place when what had it is gone (the first run's notice, a dialog opened from
+// it): the prompt box, or the welcome's Open folder, rather than the page's start.
+function focusNextStep() {
+  [byId('prompt'), byId('welcome-open')].find((el) => el.checkVisibility())?.focus();
 }
 
 function paintConnection(connection) {
@@ -519,9 +528,12 @@ async function undo(messageid, force = false) {
 async function redo(force = false) {
   const session = state.session;
   if (!session) return;
+  const fromBar = byId('redo-bar').contains(document.activeElement);
   const result = await changingFiles(session, () => api('sessions_redo', {
     id: session.id, body: force ? { force: true } : {} }));
   if (result) report('Redo', result, () => redo(true));
+  // Redo pressed from the keyboard: its bar is gone, the keyboard goes on to the prompt box.
+  if (fromBar && document.activeElement === document.body) composer.focus();
 }
 
 // An undo or a redo, then the conversation read again; null when it failed or another
@@ -883,6 +895,11 @@ async function resync(reconnected) {
 function setDrawer(name, open) {
   const other = name === 'side' ? 'panels' : 'side';
   if (open) setDrawer(other, false);
+  // Closed with the keyboard inside it (Escape, or an action that closes it): the keyboard goes
+  // back to its toggle rather than to the page's start, the drawer's controls being hidden.
+  if (!open && document.body.classList.contains(`show-${name}`) && byId(name).contains(document.activeElement)) {
+    byId(`toggle-${name}`).focus();
+  }
   document.body.classList.toggle(`show-${name}`, open);
   byId(`toggle-${name}`).setAttribute('aria-expanded', String(open));
   questions.recheck(); // a question under an open drawer cannot be answered
@@ -957,6 +974,17 @@ document.addEventListener('keydown', (event) => {
     abort();
   }
 });
+// A dialog gives the keyboard back to what opened it; when that is gone (the first run's button,
+// hidden once a provider is saved), to the next step instead of the page's start.
+for (const dialog of document.querySelectorAll('dialog')) {
+  dialog.addEventListener('close', () => setTimeout(() => {
+    // After the browser has given the focus back (a task later): only when it found nothing
+    // to give it to, or left it on a hidden element.
+    const active = document.activeElement;
+    if (active && active !== document.body && active.checkVisibility()) return;
+    focusNextStep();
+  }));
+}
 for (const id of ['open-folder', 'welcome-open']) {
   byId(id).addEventListener('click', () => folders.show(state.project?.path));
 }

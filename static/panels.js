@@ -3,7 +3,7 @@
 // file tree (read one level at a time, when a folder is opened).
 import { api, problemText as sentence } from '/api.js';
 import { h, byId, formatSize, pressable, plural, confirmAction, toast } from '/dom.js';
-import { renderFileDiff, counts, statusLetter } from '/diff.js';
+import { renderFileDiff, counts, statusLetter, shownView, viewToggle, SPLIT_MEDIA } from '/diff.js';
 
 const TODO_MARKS = { pending: '○', in_progress: '◐', done: '●' };
 const GIT_LETTERS = { modified: 'M', added: 'A', deleted: 'D', renamed: 'R', copied: 'C', typechange: 'T',
@@ -144,14 +144,15 @@ export class GitPanel {
     const note = this.note;
     if (!note || note.sessionid !== this.session?.id) return null;
     if (note.kind === 'refused') {
-      return h('div', { className: 'worktree-refused', role: 'alert' },
+      return h('div', { className: 'worktree-refused worktree-note', role: 'alert', tabIndex: -1 },
         h('strong', null, 'Merge refused'),
         h('p', { className: 'refused-reason' }, note.text),
         note.files.length ? h('ul', { className: 'refused-files' },
           note.files.map((file) => h('li', { dataset: { path: file } }, h('code', null, file)))) : null,
         h('p', { className: 'muted' }, 'Nothing was changed: not the project, not the worktree.'));
     }
-    return h('p', { className: note.kind === 'merged' ? 'worktree-merged' : 'error worktree-error', role: 'status' }, note.text);
+    return h('p', { className: `${note.kind === 'merged' ? 'worktree-merged' : 'error worktree-error'} worktree-note`, role: 'status',
+      tabIndex: -1 }, note.text);
   }
 
   leftoverBlock(items) {
@@ -210,6 +211,9 @@ export class GitPanel {
         + 'with uncommitted changes there, nothing is changed.'),
     ] });
     if (!yes) return;
+    // Merge pressed from the keyboard: the button is drawn again (disabled) while it merges, so
+    // the keyboard goes to the outcome's note instead of falling to the page's start.
+    const fromKeyboard = this.box.contains(document.activeElement);
     const body = author.body();
     if (author.element && !body) {
       this.setNote(session, { kind: 'error', text: 'Not merged: the commit needs an author. Give a name and an email address, then Merge again.' });
@@ -227,12 +231,14 @@ export class GitPanel {
     } finally {
       this.busy = false;
       if (this.session?.id === session.id) await this.reload();
+      if (fromKeyboard) this.box.querySelector('.worktree-note')?.focus();
     }
     const files = result.files ?? [];
     this.setNote(session, { kind: 'merged', text: `Merged ${branch} into ${result.into}: ${plural(files.length, 'file')}`
       + `${files.length ? ` (${files.slice(0, MAX_LISTED).join(', ')}${files.length > MAX_LISTED ? ', …' : ''})` : ''}`
       + `, commit ${String(result.commit).slice(0, 10)}.` });
     this.paint();
+    if (fromKeyboard) this.box.querySelector('.worktree-note')?.focus();
     this.onMerged?.(result, session);
   }
 
@@ -353,7 +359,8 @@ function refusal(error) {
 }
 
 // The files the open session changed (Sessions|diff), each with its status and counts; the one
-// chosen shows its patch below the list (and the column widens while it does).
+// chosen shows its patch below the list (and the column widens while it does), unified or split
+// as chosen with the buttons in its head.
 export class ChangesPanel {
   constructor() {
     this.list = byId('diff-files');
@@ -364,6 +371,8 @@ export class ChangesPanel {
     this.chosen = null;
     this.reading = 0; // only the answer to the latest read is shown
     this.reset(null);
+    // A screen turned or resized across the phone width: split appears or gives way to unified.
+    window.matchMedia(SPLIT_MEDIA).addEventListener('change', () => this.paintView());
   }
 
   reset(sessionid) {
@@ -403,11 +412,22 @@ export class ChangesPanel {
   }
 
   close() {
+    const closed = this.chosen;
+    const fromView = this.view.contains(document.activeElement);
     this.chosen = null;
     this.paint();
+    // Closed from the keyboard: it goes back to the file's row rather than to the page's start.
+    if (fromView) this.row(closed)?.focus();
+  }
+
+  row(path) {
+    return [...this.list.children].find((item) => item.dataset.path === path) ?? null;
   }
 
   paint() {
+    // The rows are drawn again: the one that had the keyboard keeps it.
+    const active = document.activeElement;
+    const focusedPath = active && this.list.contains(active) ? active.dataset.path : undefined;
     this.count.textContent = this.files.length ? String(this.files.length) : '';
     this.list.replaceChildren(...this.files.map((file) => h('li', {
       className: file.path === this.chosen ? 'active' : '', title: `${file.path} (${file.status})`,
@@ -419,6 +439,7 @@ export class ChangesPanel {
     if (!this.files.length) {
       this.list.append(h('li', { className: 'empty' }, this.sessionid ? 'No file changed in this session' : 'No session'));
     }
+    if (focusedPath !== undefined) this.row(focusedPath)?.focus();
     this.paintView();
   }
 
@@ -437,11 +458,23 @@ export class ChangesPanel {
     const entry = this.files.find((file) => file.path === chosen);
     const close = h('button', { type: 'button', className: 'icon diff-close', title: 'Close the diff',
       'aria-label': 'Close the diff', onclick: () => this.close() }, '×');
-    this.view.replaceChildren(entry ? renderFileDiff(entry, { actions: close })
+    const toggle = viewToggle(() => this.paintView());
+    const focused = this.focusedControl();
+    this.view.replaceChildren(entry ? renderFileDiff(entry, { actions: [toggle, close], view: shownView() })
       : h('div', { className: 'file-diff' }, h('div', { className: 'diff-head' },
         h('code', { className: 'diff-path' }, chosen), close),
       h('p', { className: 'muted diff-note' }, this.read
         ? 'No change of this session in this file now (not changed by it, undone, or back as it was)' : 'Reading…')));
+    if (focused) this.view.querySelector(focused)?.focus();
+  }
+
+  // The button of the view that has the keyboard, if one has: the view is drawn again at every
+  // change of the files, and the keyboard must stay where it was rather than fall to the page.
+  focusedControl() {
+    const active = document.activeElement;
+    if (!active || !this.view.contains(active)) return null;
+    if (active.dataset.view) return `.diff-mode button[data-view="${active.dataset.view}"]`;
+    return active.classList.contains('diff-close') ? '.diff-close' : null;
   }
 }
 
