@@ -50,14 +50,19 @@ check: $(VENV)/.dev
 	$(BIN)/mypy totem
 
 # The suite runs in TEST_WORKERS processes (pytest-xdist; 2 to 4, by the machine's processors),
-# with asyncio's debug mode, every warning an error (unclosed sockets and files, unawaited
-# coroutines) and tracebacks on a hang; TEST_WORKERS=0 runs it in one. Not the whole of -X dev:
-# its checking memory allocator made the suite a sixth slower and found nothing the rest does not.
+# every warning an error (unclosed sockets and files, unawaited coroutines) and tracebacks on a
+# hang. Its event loops keep asyncio's debug checks (a loop called from another thread, a
+# callback that blocks) without its traceback of every callback (tests/conftest.py CheckedLoop);
+# the servers it starts as processes run as a person runs them. Not the whole of -X dev: its
+# checking memory allocator made the suite a sixth slower and found nothing the rest does not.
+# Bytecode is kept (some machines set PYTHONDONTWRITEBYTECODE): each test process and each
+# server it starts would otherwise compile every module again. TEST_WORKERS=0 runs in one process.
 # --dist loadgroup: a test marked xdist_group runs on one worker with the rest of its group.
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; [ $$n -lt 2 ] && n=2; echo $$n)
 TEST_PYTHON := $(BIN)/python -X faulthandler -W error
 test: $(VENV)/.dev $(MCP2_VENV)/.installed system-packages
-	PYTHONASYNCIODEBUG=1 $(TEST_PYTHON) -m pytest -q \
+	@$(BIN)/python -m compileall -q totem >/dev/null
+	PYTHONDONTWRITEBYTECODE= $(TEST_PYTHON) -m pytest -q \
 		$(if $(filter-out 0,$(TEST_WORKERS)),-d --dist loadgroup --tx '$(TEST_WORKERS)*popen//python=$(TEST_PYTHON)') tests
 
 # The README's screenshots (screenshots/gallery-*.png), taken by the browser tests.

@@ -386,7 +386,12 @@ async function loadConversation() {
     if (session.status === 'error' && session.error && !conversation.hasEndMark()) conversation.showError(session.error, false);
     renderTodos(loaded.todos.items);
   }
-  for (const event of held.events) applyToConversation(event);
+  for (const event of held.events) {
+    // A run that is over is read with where it stopped and its error (on its last message, or
+    // shown just above): an error heard while it was read is that one, and would show twice.
+    if (event.type === EVENTS.ERROR && loaded && session.status !== 'running') continue;
+    applyToConversation(event);
+  }
   if (loaded && session.status === 'running') {
     // Stored text of a streaming part lags by up to a second: the server sends the open parts
     // again with their text so far, and the whole conversation is read again when the run ends.

@@ -186,6 +186,15 @@ export class GitPanel {
     }
   }
 
+  // A question answered No gives the keyboard back to the button that asked it, as the browser
+  // does, also when the git state was read and the button drawn again while the question was
+  // open: the browser then finds the old button gone and leaves the keyboard in the closed dialog.
+  giveBackFocus(selector) {
+    const active = document.activeElement;
+    if (active && active !== document.body && active.checkVisibility()) return;
+    this.box.querySelector(selector)?.focus();
+  }
+
   async merge() {
     const session = this.session;
     if (!session?.worktree || this.busy) return;
@@ -210,7 +219,7 @@ export class GitPanel {
         + `The merge is a new commit on ${state.into} in the project folder. If it would conflict, or change a file `
         + 'with uncommitted changes there, nothing is changed.'),
     ] });
-    if (!yes) return;
+    if (!yes) return this.giveBackFocus('.worktree-merge');
     // Merge pressed from the keyboard: the button is drawn again (disabled) while it merges, so
     // the keyboard goes to the outcome's note instead of falling to the page's start.
     const fromKeyboard = this.box.contains(document.activeElement);
@@ -253,7 +262,7 @@ export class GitPanel {
       question: `Discard the worktree and the branch ${branch} with its ${plural(state.ahead, 'commit')} and ${plural(changed.length, 'uncommitted change')}?`,
       details: h('p', { className: 'muted' }, `Its folder ${session.worktree} is deleted with the branch: this cannot be undone. `
         + 'The session and its conversation stay, without a folder to work in.') });
-    if (!yes) return;
+    if (!yes) return this.giveBackFocus('.worktree-discard');
     this.busy = true;
     this.setRunning(this.running);
     let fresh;

@@ -1,9 +1,43 @@
+import asyncio
 import os
 import sys
+import unittest
 
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+class CheckedLoop(asyncio.SelectorEventLoop):
+    """The tests' event loop: asyncio's debug checks that find bugs (a loop method called from
+    another thread, a callback that holds the loop longer than slow_callback_duration, the origin
+    of a coroutine never awaited), without the traceback of where each callback, future and task
+    was made. That bookkeeping walks the stack and stats its files at every call_soon: it took a
+    third of the suite's time, and a failure's own traceback says as much."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.set_debug(True)
+
+    def get_debug(self) -> bool:
+        # Handles, futures and tasks ask get_debug() whether to keep their source traceback; the
+        # checks read the flag that set_debug sets, which stays on (a test may still turn it off).
+        return False
+
+
+def use_checked_loops() -> None:
+    """Every loop of the test run a CheckedLoop: those of IsolatedAsyncioTestCase (its runner
+    forces debug mode on) and of asyncio.run. The event loop policies that the second needs
+    before Python 3.14 are deprecated from then on; there, test cases get it by loop_factory."""
+    if sys.version_info >= (3, 13):
+        unittest.IsolatedAsyncioTestCase.loop_factory = CheckedLoop
+    if sys.version_info < (3, 14):
+        class CheckedLoopPolicy(asyncio.DefaultEventLoopPolicy):
+            def new_event_loop(self) -> asyncio.AbstractEventLoop:
+                return CheckedLoop()
+        asyncio.set_event_loop_policy(CheckedLoopPolicy())
+
+
+use_checked_loops()
 
 # The modules whose tests leave figures in a FIGURES list, printed at the end of the run.
 FIGURE_MODULES = ("tests.test_shell_differential", "tests.test_http_bounds", "tests.test_snapshot_tree",

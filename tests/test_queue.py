@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 
 from tests.model_server import reply
 from tests.test_loop import LoopCase
 from tests.utils import MS, call
 
 
-def slow(text: str, interval: float = 0.05):
+def held(text: str):
+    """An answer that waits after its first event until the test sets its `release`: the run
+    goes on while the test sends what must come during it, however slow the machine."""
     stream = reply(text)
-    stream.interval = interval
+    stream.release, stream.hold_after = threading.Event(), 1
     return stream
 
 
@@ -52,12 +55,14 @@ class QueueTest(LoopCase):
         return [r for r in self.model.requests if r.path.endswith("/chat/completions")]
 
     async def test_a_queued_prompt_runs_after_the_run(self):
-        self.model.script(slow("first answer " * 30), reply("second answer"))
+        first_answer = held("first answer " * 30)
+        self.model.script(first_answer, reply("second answer"))
         first = await self.send("first")
         queued = await self.send("second, queued")
         self.assertEqual(queued["queued"], True)
         waiting = [m for m in await self.messages() if m["id"] == queued["messageid"]][0]
         self.assertTrue(waiting["data"]["queued"])
+        first_answer.release.set()
         await self.until_idle()
         chats = self.chats()
         self.assertEqual(len(chats), 2)
@@ -68,24 +73,28 @@ class QueueTest(LoopCase):
         self.assertNotEqual(first["messageid"], queued["messageid"])
 
     async def test_a_queued_prompt_can_be_taken_back(self):
-        self.model.script(slow("first answer " * 30))
+        first_answer = held("first answer " * 30)
+        self.model.script(first_answer)
         await self.send("first")
         queued = await self.send("never mind")
         answer = await call(self.app, "sessions_unqueue", {"messageid": queued["messageid"]}, ident=self.session["id"])
         self.assertEqual(answer.status, 200, answer.body)
         again = await call(self.app, "sessions_unqueue", {"messageid": queued["messageid"]}, ident=self.session["id"])
         self.assertEqual(again.status, 404)
+        first_answer.release.set()
         await self.until_idle()
         self.assertEqual(len(self.chats()), 1)
         self.assertNotIn(queued["messageid"], [m["id"] for m in await self.messages()])
 
     async def test_after_an_abort_queued_prompts_are_said_not_run(self):
-        self.model.script(slow("first answer " * 40, 0.1), reply("next"))
+        first_answer = held("first answer " * 40)
+        self.model.script(first_answer, reply("next"))
         await self.send("first")
         queued = await self.send("queued one")
         await self.until_asked()  # the abort comes while the model answers, not before it is asked
         await call(self.app, "sessions_abort", {}, ident=self.session["id"])
         await self.until_idle()
+        first_answer.release.set()  # the model's side of the aborted answer ends
         self.assertEqual(len(self.chats()), 1)
         kept = [m for m in await self.messages() if m["id"] == queued["messageid"]][0]
         self.assertNotIn("queued", kept["data"])
@@ -95,11 +104,14 @@ class QueueTest(LoopCase):
 
     async def test_a_steering_message_reaches_the_next_step(self):
         tool_step = reply(tool_calls=[("read", {"path": "a.txt"})])
-        tool_step.interval = 0.05
+        # The step waits until the steer is in: a busy machine could otherwise end it first.
+        tool_step.release, tool_step.hold_after = threading.Event(), 1
         self.model.script(tool_step, reply("steered"))
         await self.send("look at a.txt")
+        await self.until_asked()
         steered = await self.send("also say hi", steer=True)
         self.assertEqual(steered["steered"], True)
+        tool_step.release.set()
         await self.until_idle()
         chats = self.chats()
         self.assertEqual(len(chats), 2)

@@ -2,6 +2,7 @@
 one, after the next prompt and after a reload. In Debian's Chromium against the real server and
 the scripted model."""
 
+import asyncio
 import os
 import socket
 
@@ -10,6 +11,7 @@ from playwright.sync_api import expect
 
 from tests.model_server import HttpError, Stall, reply, text_chunks
 from tests.ui.harness import CHROMIUM, open_session, send
+from tests.utils import MS
 
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),
                                 reason=f"the browser tests need Debian's Chromium at {CHROMIUM}")
@@ -45,6 +47,34 @@ def test_error_and_abort_marks_stay_on_their_messages(live, page):
     expect(page.locator(".msg .ended-note.aborted")).to_have_count(1)
     expect(page.locator(".run-errors .run-error")).to_have_count(0)
 
+
+
+def test_an_error_heard_while_the_conversation_is_read_shows_once(live, page):
+    """A run that fails while the page reads the conversation (its answer held here): the error
+    shows once, on the message as it is stored, and not again from the event heard meanwhile."""
+    project = live.project("held", {"a.txt": "x\n"})
+    session = live.session(project, "Held")
+    held = []
+    page.route("**/api/sessions_messages/**", lambda route: held.append(route))
+    with page.expect_request("**/api/sessions_messages/**"):
+        page.goto(f"/#/{project['id']}/{session['id']}")
+    expect(page.locator("#connection")).to_have_attribute("data-state", "open")
+
+    async def subscribed():
+        async with asyncio.timeout(10_000 * MS):
+            while not live.app.hub.subscribed(session["id"]):
+                await asyncio.sleep(20 * MS)
+    live.call(subscribed())
+    live.model.script(HttpError({"error": {"message": "the model is not there"}}, 404))
+    live.prompt(session, "First")
+    assert live.wait_run_end(session) == "error"
+    # The status is not held (the session list shows it): the error event came before it.
+    expect(page.locator(f"#sessions li[data-id='{session['id']}']")).to_have_attribute("data-status", "error")
+    for route in held:
+        route.continue_()
+    page.unroute("**/api/sessions_messages/**")
+    expect(page.locator(".msg .ended-note.error")).to_contain_text("the model is not there")
+    expect(page.locator(".run-errors .run-error")).to_have_count(0)
 
 def ended_note(page):
     return page.locator(".msg .ended-note.error").last

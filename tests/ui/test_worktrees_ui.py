@@ -290,3 +290,23 @@ def test_merge_in_a_repository_without_an_author_offers_to_set_it_first(live, pa
         "Ada O'Lovelace <ada@example.com>", "Ada O'Lovelace <ada@example.com>"]
     assert read(root, "a.txt") == "from the agent\n"
     assert errors() == []
+
+
+def test_no_to_a_question_gives_the_keyboard_back_to_a_button_drawn_again(live, page):
+    """Discard answered No from the keyboard goes back to Discard, also when the git state was read
+    again and its button drawn anew while the question was open (the browser alone loses it)."""
+    project = git_project(live, "redrawn", {"a.txt": "one\n"})
+    open_project(page, project)
+    sessionid = create_in_worktree(page, "Keep it")
+    discard = page.locator("#git .worktree button.worktree-discard")
+    expect(discard).to_be_enabled()
+    discard.evaluate("(button) => { button.dataset.before = 'yes'; button.focus(); }")
+    page.keyboard.press("Enter")
+    dialog = page.locator("#confirm-dialog")
+    expect(dialog).to_be_visible()
+    live.api("sessions_update", {"name": "Keep it, renamed"}, ident=sessionid)  # its git state is read again
+    expect(page.locator("#git .worktree button.worktree-discard[data-before]")).to_have_count(0)
+    page.keyboard.press("Escape")
+    expect(dialog).to_be_hidden()
+    expect(discard).to_be_focused()
+    assert os.path.isdir(live.api("sessions_read", ident=sessionid)["worktree"])  # nothing discarded
