@@ -22,6 +22,9 @@ export function renderTodos(items) {
 // asked first, saying what it will do); and the worktrees that removed sessions left behind
 // because they held work, each with a Discard (asked first). A refused merge stays shown, with
 // its reason and files, until the next try or another session.
+// The worktree's buttons, by their class: the one that had the keyboard keeps it when drawn again.
+const KEPT_FOCUS = ['worktree-merge', 'worktree-discard'];
+
 export class GitPanel {
   // onOpen(path): a changed file was chosen (its diff opens in the Changes panel).
   // onRead(folder, worktree): Projects|git (null when it failed) and the worktree's Sessions|git.
@@ -74,13 +77,18 @@ export class GitPanel {
     }
   }
 
+  // The git state is read again on many events: a button that had the keyboard is found again
+  // in the new drawing and keeps it, or Enter pressed a moment later would reach nothing.
   paint() {
     const inWorktree = !!this.session?.worktree;
+    const active = document.activeElement;
+    const kept = this.box.contains(active) ? KEPT_FOCUS.find((name) => active.classList.contains(name)) : null;
     this.box.replaceChildren(...[
       inWorktree ? this.worktreeBlock() : null,
       ...this.folderBlock(inWorktree),
       this.folder?.leftover?.length ? this.leftoverBlock(this.folder.leftover) : null,
     ].filter(Boolean));
+    if (kept) this.box.querySelector(`.${kept}`)?.focus();
   }
 
   folderBlock(titled) {

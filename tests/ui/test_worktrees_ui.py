@@ -293,18 +293,23 @@ def test_merge_in_a_repository_without_an_author_offers_to_set_it_first(live, pa
 
 
 def test_no_to_a_question_gives_the_keyboard_back_to_a_button_drawn_again(live, page):
-    """Discard answered No from the keyboard goes back to Discard, also when the git state was read
-    again and its button drawn anew while the question was open (the browser alone loses it)."""
+    """Discard keeps the keyboard when the git state is read again and its button drawn anew, and
+    answered No goes back to it, also when it was drawn anew while the question was open (the
+    browser alone loses it both times)."""
     project = git_project(live, "redrawn", {"a.txt": "one\n"})
     open_project(page, project)
     sessionid = create_in_worktree(page, "Keep it")
     discard = page.locator("#git .worktree button.worktree-discard")
     expect(discard).to_be_enabled()
     discard.evaluate("(button) => { button.dataset.before = 'yes'; button.focus(); }")
+    live.api("sessions_update", {"name": "Keep it"}, ident=sessionid)  # its git state is read again
+    expect(page.locator("#git .worktree button.worktree-discard[data-before]")).to_have_count(0)
+    expect(discard).to_be_focused()  # the new button has the keyboard: Enter reaches it
+    discard.evaluate("(button) => { button.dataset.before = 'yes'; }")
     page.keyboard.press("Enter")
     dialog = page.locator("#confirm-dialog")
     expect(dialog).to_be_visible()
-    live.api("sessions_update", {"name": "Keep it, renamed"}, ident=sessionid)  # its git state is read again
+    live.api("sessions_update", {"name": "Keep it, renamed"}, ident=sessionid)
     expect(page.locator("#git .worktree button.worktree-discard[data-before]")).to_have_count(0)
     page.keyboard.press("Escape")
     expect(dialog).to_be_hidden()
