@@ -1,4 +1,4 @@
-"""Fixtures of the browser tests: one Totem per module, one Chromium per process, a fresh context per test.
+"""Fixtures of the browser tests: one Totem and one Chromium per module, a fresh context per test.
 
 Playwright launches Debian's Chromium (never a browser of its own) with a new temporary profile.
 """
@@ -25,10 +25,8 @@ def live():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
-    """One Chromium for every browser test of a process (a launch and Playwright's start cost
-    about a second each time); each test has a context of its own."""
     from playwright.sync_api import expect, sync_playwright
     expect.set_options(timeout=10_000)
     with sync_playwright() as playwright:
