@@ -5,7 +5,7 @@
 // reloads the stored state (sessions, the open conversation) and only then subscribes again.
 import { EVENTS } from '/events.js';
 import { api } from '/api.js';
-import { h, byId, toast, confirmAction, plural } from '/dom.js';
+import { h, byId, toast, confirmAction, focusIsShown, plural } from '/dom.js';
 import { Socket } from '/socket.js';
 import { Conversation } from '/conversation.js';
 import { Composer } from '/composer.js';
@@ -985,8 +985,7 @@ for (const dialog of document.querySelectorAll('dialog')) {
   dialog.addEventListener('close', () => setTimeout(() => {
     // After the browser has given the focus back (a task later): only when it found nothing
     // to give it to, or left it on a hidden element.
-    const active = document.activeElement;
-    if (active && active !== document.body && active.checkVisibility()) return;
+    if (focusIsShown()) return;
     focusNextStep();
   }));
 }

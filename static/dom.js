@@ -92,6 +92,13 @@ export function plural(count, noun, many = `${noun}s`) {
   return `${count} ${count === 1 ? noun : many}`;
 }
 
+// Whether the keyboard is somewhere a person can see: not on the page's start, nor on an element
+// that is hidden (a closed dialog's button, where the browser leaves it when the opener is gone).
+export function focusIsShown() {
+  const active = document.activeElement;
+  return Boolean(active && active !== document.body && active.checkVisibility());
+}
+
 // Ask before an action that cannot be taken back, in the page's own dialog (#confirm-dialog):
 // `question` says what will happen, `details` (text or elements) what it touches; resolves to
 // true only when the person presses the `action` button (Escape, Cancel or × answer false).

@@ -2,10 +2,12 @@
 // git state (the project's, and a worktree session's with Merge and Discard) and the project's
 // file tree (read one level at a time, when a folder is opened).
 import { api, problemText as sentence } from '/api.js';
-import { h, byId, formatSize, pressable, plural, confirmAction, toast } from '/dom.js';
+import { h, byId, formatSize, pressable, plural, confirmAction, focusIsShown, toast } from '/dom.js';
 import { renderFileDiff, counts, statusLetter, shownView, viewToggle, SPLIT_MEDIA } from '/diff.js';
 
 const TODO_MARKS = { pending: '○', in_progress: '◐', done: '●' };
+// The worktree's buttons, by their class: the one that had the keyboard keeps it when drawn again.
+const KEPT_FOCUS = ['worktree-merge', 'worktree-discard'];
 const GIT_LETTERS = { modified: 'M', added: 'A', deleted: 'D', renamed: 'R', copied: 'C', typechange: 'T',
   untracked: 'U', conflict: '!' };
 
@@ -22,9 +24,6 @@ export function renderTodos(items) {
 // asked first, saying what it will do); and the worktrees that removed sessions left behind
 // because they held work, each with a Discard (asked first). A refused merge stays shown, with
 // its reason and files, until the next try or another session.
-// The worktree's buttons, by their class: the one that had the keyboard keeps it when drawn again.
-const KEPT_FOCUS = ['worktree-merge', 'worktree-discard'];
-
 export class GitPanel {
   // onOpen(path): a changed file was chosen (its diff opens in the Changes panel).
   // onRead(folder, worktree): Projects|git (null when it failed) and the worktree's Sessions|git.
@@ -198,9 +197,7 @@ export class GitPanel {
   // does, also when the git state was read and the button drawn again while the question was
   // open: the browser then finds the old button gone and leaves the keyboard in the closed dialog.
   giveBackFocus(selector) {
-    const active = document.activeElement;
-    if (active && active !== document.body && active.checkVisibility()) return;
-    this.box.querySelector(selector)?.focus();
+    if (!focusIsShown()) this.box.querySelector(selector)?.focus();
   }
 
   async merge() {
