@@ -72,6 +72,18 @@ class CliCase(TotemCase):
             self.assertNotIn(secret, out + err)
         return process.returncode, out, err
 
+    async def told(self, process, words: str, timeout_ms: float = 20_000) -> str:
+        """What the client wrote on stderr up to the first line that holds `words`."""
+        lines = []
+        while not lines or words not in lines[-1]:
+            line = await asyncio.wait_for(process.stderr.readline(), timeout_ms * MS)
+            if not line:
+                raise AssertionError(f"the client ended before it said {words!r}: {''.join(lines)}")
+            lines.append(line.decode())
+        for secret in (TOKEN, KEY):
+            self.assertNotIn(secret, "".join(lines))
+        return "".join(lines)
+
     async def newest_session(self) -> str:
         return (await self.api("sessions", query=f"projectid={self.project['id']}"))["sessions"][0]["id"]
 
@@ -248,8 +260,12 @@ class CliSignalTest(CliCase):
         ask = await self.waiting_question()
         sessionid = ask["sessionid"]
         self.assertEqual((await self.api("sessions_read", ident=sessionid))["waiting"], 1)
+        # The test's connection may hear the question before the client's does: signal once the
+        # client has it, so that its result can list it.
+        told = await self.told(process, "waits for your approval")
         process.send_signal(number)
         code, out, err = await self.finish(process)
+        err = told + err
         self.assertEqual(code, 130, err)
         self.assertIn(f"interrupted ({number.name}); the run was aborted", err)
         replied = await self.event(lambda event: event["type"] == "permission.replied")
