@@ -6,7 +6,8 @@ token: the sign-in actions work) and checked: no server error, every answer with
 codes, the media type and the schema the document gives, and no request that fits the schemas
 refused (positive data acceptance: a 400 for such a request means the document says less than
 the code checks). The run is deterministic (derandomized, no example database, no deadline) and
-bounded by EXAMPLES per operation and mode (EXAMPLES_OF for the deepest bodies).
+bounded by EXAMPLES per operation and mode (EXAMPLES_OF for the deepest bodies, NEGATIVE_EXAMPLES
+for requests that do not fit).
 
 What a schema cannot say is given as state, not as shape: a folder to open or list is the
 test's folder (a folder that is missing is the service's 400), and a provider's URL is a closed
@@ -49,6 +50,10 @@ from schemathesis.specs.openapi.checks import (
 from tests.utils import TOKEN, running_totem
 
 EXAMPLES = 20
+# Negative requests only have to draw no server error, and drawing data that breaks a schema is
+# the slow part of the module (hypothesis filters most of what it draws): fewer of them, the
+# bad input of each action being the business of tests/test_perimeter.py and tests/test_fuzz.py.
+NEGATIVE_EXAMPLES = 8
 # The bodies whose schemas are the deepest take a second or more to draw each (a session's whole
 # document; a prompt with its attachments): fewer examples, the rest of their bad input being
 # covered by their own tests (tests/test_export.py, LoopTest.test_bad_prompt_inputs).
@@ -151,7 +156,11 @@ def test_operation_keeps_its_contract(live, name, path, method, mode):
     if mode == GenerationMode.NEGATIVE:
         checks = [not_a_server_error]
 
-    @settings(max_examples=EXAMPLES_OF.get(name, EXAMPLES), derandomize=True, database=None, deadline=None,
+    examples = EXAMPLES_OF.get(name, EXAMPLES)
+    if mode == GenerationMode.NEGATIVE:
+        examples = min(examples, NEGATIVE_EXAMPLES)
+
+    @settings(max_examples=examples, derandomize=True, database=None, deadline=None,
               suppress_health_check=list(HealthCheck))
     @given(data=st.data())
     def run(data):
