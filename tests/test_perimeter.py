@@ -12,11 +12,13 @@ import shutil
 import tempfile
 import time
 import unittest
+from unittest import mock
 
 from websockets.exceptions import InvalidStatus
 
 from tests.utils import MS, TOKEN, TotemCase, call, open_ws, read_answer, request
 from totem.app import STATIC_DIR, App
+from totem.http import httpd
 from totem.config import parse_values
 
 SECRET_MARKER = "TOTEM-SECRET-MARKER-do-not-serve"
@@ -1021,6 +1023,16 @@ class LimitsTest(Case):
                                                f"Content-Length: {20 * 1024 * 1024 + 1}"))
         self.assertError(answer, 413)
         self.assertEqual(answer.header("connection"), "close")
+
+    async def test_limit_body_413_read_by_a_client_that_sends_it_all(self):
+        """The 413 of a body over 20 MB reaches a client that sends the whole body before it
+        reads (most do): the server reads and drops what follows for a moment instead of
+        closing on unread bytes, which resets the connection. The control is reset."""
+        sent = head("POST /api/projects_open HTTP/1.1", self.host(), f"Content-Length: {21 * 1024 * 1024}",
+                    body=b"x" * (21 * 1024 * 1024))
+        self.assertError(await exchange(self.app, sent), 413)
+        with mock.patch.object(httpd, "UNREAD_LINGER_BYTES", 0), self.assertRaises(ConnectionError):
+            await exchange(self.app, sent)
 
     async def test_limit_body_huge_content_length_413(self):
         """A Content-Length of thousands of digits is 413, never a dropped connection."""

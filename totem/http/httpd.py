@@ -81,6 +81,11 @@ MAX_CONNECTIONS = 512  # the default of the config key maxconnections
 # dropped after the 503, so that closing does not reset the connection before the 503 is read.
 REFUSED_LINGER_S = 1.0
 REFUSED_LINGER_BYTES = 64 * 1024
+# A connection closed with its request (or its body) unread, as after a 413: the same, longer and
+# up to twice the largest body, so that a client that sends its whole body before it reads the
+# answer (most do) gets the answer and not a reset (a web server's lingering close).
+UNREAD_LINGER_S = 2.0
+UNREAD_LINGER_BYTES = 2 * MAX_BODY_BYTES
 # The only type of a request body (DESIGN.md: `+` actions take a JSON body). Requiring it also
 # means a cross-origin form (text/plain, form-urlencoded) never reaches an action's parser.
 JSON_MEDIA_TYPE = "application/json"
@@ -618,6 +623,7 @@ class _Connection:
         self.writer = writer
         self.budget = budget
         self.large = False  # a large body or answer is being handled: memory to release after it
+        self.unread = False  # the last answer came before all of its request was read
         self.buffer = bytearray()
         self.head_timeout = head_timeout
         self.body_timeout = body_timeout
@@ -874,6 +880,23 @@ class _WriteTimeout(Exception):
     """The client took more than the write timeout to read a piece of an answer."""
 
 
+async def linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, seconds: float, most: int) -> None:
+    """Close a connection whose client may still be sending: end our side, read and drop what
+    comes for up to `seconds` and `most` bytes, then close. Closing a socket with unread bytes
+    resets the connection, and the client would lose the answer it had not read yet."""
+    try:
+        if writer.can_write_eof():
+            writer.write_eof()
+        async with asyncio.timeout(seconds):
+            dropped = 0
+            while dropped < most and (data := await reader.read(READ_CHUNK_BYTES)):
+                dropped += len(data)
+    except (TimeoutError, ConnectionError, asyncio.CancelledError):
+        pass
+    finally:
+        writer.close()
+
+
 class HttpServer:
     """Serves connections with `handler(request) -> Response | None` (None: taken over).
 
@@ -953,6 +976,12 @@ class HttpServer:
             if drop:
                 # close() would keep the unsent bytes until a client that stopped reading takes them.
                 writer.transport.abort()
+            elif connection.unread:
+                self._lingering.add(task)  # stop() ends it
+                try:
+                    await linger(reader, writer, UNREAD_LINGER_S, UNREAD_LINGER_BYTES)
+                finally:
+                    self._lingering.discard(task)
             else:
                 writer.close()
             try:
@@ -983,18 +1012,11 @@ class HttpServer:
                            JSON_CONTENT_TYPE, [("Retry-After", str(RETRY_AFTER_S))], close=True)
         try:
             writer.write(encode_head(refusal, True) + b"".join(refusal.pieces()))
-            if writer.can_write_eof():
-                writer.write_eof()
-            async with asyncio.timeout(REFUSED_LINGER_S):
-                dropped = 0
-                while dropped < REFUSED_LINGER_BYTES and (data := await reader.read(READ_CHUNK_BYTES)):
-                    dropped += len(data)
-        except (TimeoutError, ConnectionError, asyncio.CancelledError):
+        except ConnectionError:
             pass
-        finally:
-            writer.close()
-            with contextlib.suppress(ConnectionError, asyncio.CancelledError):
-                await writer.wait_closed()
+        await linger(reader, writer, REFUSED_LINGER_S, REFUSED_LINGER_BYTES)
+        with contextlib.suppress(ConnectionError, asyncio.CancelledError):
+            await writer.wait_closed()
 
     async def _serve(self, connection: _Connection) -> bool:
         writer = connection.writer
@@ -1012,6 +1034,7 @@ class HttpServer:
             except HttpError as exc:
                 if request is not None:
                     self.budget.give(request.reserved)
+                connection.unread = True
                 await self._write(writer, plain_error(exc.status, exc.reason), False, True)
                 return False
             except BaseException:
@@ -1021,7 +1044,8 @@ class HttpServer:
             if response is None:
                 self.budget.give(request.reserved)
                 return True
-            close = response.close or wants_close(request) or not request.body_consumed
+            connection.unread = not request.body_consumed
+            close = response.close or wants_close(request) or connection.unread
             connection.large = large = max(request.content_length, response.length) >= TRIM_AFTER_BYTES
             head_only = request.method == "HEAD"
             share = self._share(request.reserved, 0 if head_only else response.length)
