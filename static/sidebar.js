@@ -191,6 +191,7 @@ export class FolderBrowser {
     this.onOpen = onOpen;
     this.path = '';
     this.parent = null;
+    this.asked = 0; // Folders|list calls made: only the latest one's answer is shown
     byId('folder-path-form').addEventListener('submit', (event) => {
       event.preventDefault();
       this.go(byId('folder-path').value.trim());
@@ -216,21 +217,28 @@ export class FolderBrowser {
     byId('folder-error').hidden = !text;
   }
 
+  // The answers of two calls can come in either order (the first listing of a slow home folder
+  // after a path the person typed and went to): an answer older than the latest call is dropped,
+  // and one never writes over a path the person began typing while it was on its way.
   async go(path) {
+    const call = ++this.asked;
+    const input = byId('folder-path');
+    const typed = input.value;
     let answer;
     try {
       answer = await api('folders', { query: path ? { path } : {} });
     } catch (error) {
-      this.error(error.message);
+      if (call === this.asked) this.error(error.message);
       return;
     }
+    if (call !== this.asked) return;
     this.error('');
     const { sep } = answer;
     this.path = answer.path;
     const cut = answer.path.lastIndexOf(sep);
     this.parent = answer.path === sep ? null : answer.path.slice(0, cut) || sep;
     byId('folder-up').disabled = !this.parent;
-    byId('folder-path').value = answer.path;
+    if (input.value === typed) input.value = answer.path;
     byId('folder-chosen').textContent = answer.path;
     byId('folder-places').replaceChildren(...answer.places.map((place) => h('li', {
       title: place.path, className: place.path === answer.path ? 'active' : '', ...pressable(() => this.go(place.path)),

@@ -300,6 +300,38 @@ def test_events_during_load_are_not_lost_under_the_snapshot(live, page, snapshot
     assert live.wait_run_end(session) == "aborted"
 
 
+def test_folder_browser_keeps_the_folder_last_asked_for(live, page):
+    """The folder browser's first listing (the home folder), answered after the person typed a
+    path and went to it, neither shows the home folder again nor writes over the path box."""
+    project = live.project("folder-race", {"a.txt": "x\n"})
+    session = live.session(project, "Folders")
+    target = os.path.join(live.tmp, "folder-race-target")
+    os.makedirs(os.path.join(target, "inner"), exist_ok=True)
+    open_session(page, project, session)
+    held = []
+    page.route("**/api/folders*", lambda route: route.continue_() if held else held.append((route, route.fetch())))
+    page.click("#open-folder")
+    expect(page.locator("#folder-dialog")).to_be_visible()
+    while not held:
+        page.wait_for_timeout(20)
+    page.fill("#folder-path", target)
+    page.press("#folder-path", "Enter")
+    expect(page.locator("#folder-chosen")).to_have_text(target)
+    expect(page.locator("#folder-items li[data-name=inner]")).to_be_visible()
+    page.fill("#folder-path", target + "/inn")  # typing goes on while the late answer comes
+
+    route, response = held[0]
+    route.fulfill(response=response)
+    page.unroute_all()
+    # The late answer has been read by the page (its resource entry), and handled (a task later).
+    page.wait_for_function("() => performance.getEntriesByType('resource')"
+                           ".filter((entry) => entry.name.includes('/api/folders')).length >= 2")
+    page.evaluate("() => new Promise((done) => setTimeout(() => setTimeout(done)))")
+    expect(page.locator("#folder-chosen")).to_have_text(target)
+    expect(page.locator("#folder-items li[data-name=inner]")).to_be_visible()
+    expect(page.locator("#folder-path")).to_have_value(target + "/inn")
+
+
 def test_status_announced_while_the_session_list_loads(live, page):
     """A run that starts while the page reads the session list shows as running in the list."""
     project = live.project("listing", {"a.txt": "x\n"})
