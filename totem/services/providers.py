@@ -52,7 +52,8 @@ class ProvidersService:
                 continue  # a key that cannot be decrypted cannot leak either
             if found is not None and found[1]:
                 keys[provider["name"]] = found[1]
-        self._scrubber = Scrubber(await asyncio.to_thread(secrets_of, self.config, keys))
+        # Compiling the scrubber's patterns takes tens of milliseconds: not on the event loop.
+        self._scrubber = await asyncio.to_thread(lambda: Scrubber(secrets_of(self.config, keys)))
 
     def kinds(self) -> tuple[str, ...]:
         return self.providers.kinds()
