@@ -5,9 +5,10 @@ scripted model.
 axe-core is a test asset (tests/assets/axe-core/, pinned in scripts/test_assets.py); Totem never
 serves it. It is run in the page through Playwright's evaluate (the DevTools protocol, which Totem's
 Content-Security-Policy of script-src 'self' does not govern), so the page keeps the policy it has
-for a person: no bypass_csp. One page per
-width and theme visits the screens in turn; each test names its screen, width and theme, and a
-failure lists each rule with the nodes it found.
+for a person: no bypass_csp. One page per width visits the screens in turn, loaded again for
+each. On each screen axe runs in the light theme, then in the dark one: the system's preference
+changes while the screen stays open and the page follows it, so one load serves both. Each test
+names its screen and width; a failure names the theme and lists each rule with the nodes it found.
 """
 
 from __future__ import annotations
@@ -88,22 +89,24 @@ def scene(live):
 
 @pytest.fixture(scope="module")
 def pages(browser, live):
-    """A signed-in page for each width and theme, made when a test first asks for it; its
-    uncaught errors are kept in `page.errors`."""
-    made: dict[tuple[str, str], object] = {}
+    """A signed-in page for each width, made when a test first asks for it; its uncaught errors
+    are kept in `page.errors`."""
+    made: dict[str, object] = {}
     contexts = []
 
-    def page_for(size: str, theme: str):
-        if (size, theme) not in made:
-            context = browser.new_context(viewport=SIZES[size], color_scheme=theme, base_url=live.url)
+    def page_for(size: str):
+        if size not in made:
+            context = browser.new_context(viewport=SIZES[size], color_scheme="light", base_url=live.url)
             contexts.append(context)
             answer = context.request.post(f"{live.url}/api/login", data={"token": TOKEN})
             assert answer.status == 200, answer.text()
             page = context.new_page()
             page.errors = []
             page.on("pageerror", lambda error: page.errors.append(str(error)))
-            made[size, theme] = page
-        return made[size, theme]
+            made[size] = page
+        page = made[size]
+        page.emulate_media(color_scheme="light")
+        return page
 
     yield page_for
     for context in contexts:
@@ -132,6 +135,20 @@ def report(findings: list[dict]) -> str:
             lines.append(f"  {node['target']}  {node['html'][:160]}")
             lines.append("    " + (node["summary"] or "").replace("\n", "\n    "))
     return "\n".join(lines)
+
+
+def audit_both_themes(page, include: str | None, what: str) -> None:
+    """axe on the screen in the light theme, then in the dark one: the system's preference
+    changes while the screen stays open, and the page follows it (static/theme.js), so one
+    load serves both. A failure names each theme that has findings."""
+    failures = []
+    for theme in THEMES:
+        page.emulate_media(color_scheme=theme)
+        expect(page.locator("html")).to_have_attribute("data-theme", theme)
+        findings = audit(page, include)
+        if findings:
+            failures.append(f"{what}, {theme}:\n{report(findings)}")
+    assert failures == [], "\n".join(failures)
 
 
 # -- the screens: each opens its screen on the page and returns the part axe checks (None: the
@@ -266,50 +283,44 @@ SCREENS = {
     "open-folder": folder,
 }
 PHONE_ONLY = {"sessions-drawer": sessions_drawer, "header-menu": header_menu}
-VARIANTS = [(size, theme) for size in SIZES for theme in THEMES]
-CASES = [(screen, size, theme) for screen in SCREENS for size, theme in VARIANTS] + \
-        [(screen, "390", theme) for screen in PHONE_ONLY for theme in THEMES]
+CASES = [(screen, size) for screen in SCREENS for size in SIZES] + [(screen, "390") for screen in PHONE_ONLY]
 
 
-@pytest.mark.parametrize(("size", "theme"), VARIANTS, ids=[f"{s}-{t}" for s, t in VARIANTS])
-def test_sign_in_page(browser, live, size, theme):
-    context = browser.new_context(viewport=SIZES[size], color_scheme=theme, base_url=live.url)
+@pytest.mark.parametrize("size", SIZES)
+def test_sign_in_page(browser, live, size):
+    context = browser.new_context(viewport=SIZES[size], color_scheme="light", base_url=live.url)
     try:
         page = context.new_page()
         page.goto("/login")
         expect(page.locator("input").first).to_be_visible()
-        findings = audit(page)
-        assert findings == [], f"sign-in at {size}px, {theme}:\n{report(findings)}"
+        audit_both_themes(page, None, f"sign-in at {size}px")
     finally:
         context.close()
 
 
-@pytest.mark.parametrize(("size", "theme"), VARIANTS, ids=[f"{s}-{t}" for s, t in VARIANTS])
-def test_first_run(pages, live, size, theme):
+@pytest.mark.parametrize("size", SIZES)
+def test_first_run(pages, live, size):
     """Before any provider is saved: the notice that opens the provider form."""
     providerid = live.modelref.split("/", 1)[0]
     saved = next(p for p in live.api("providers") if p["id"] == providerid)
     live.api("providers_remove", ident=providerid, method="POST")
     try:
-        page = pages(size, theme)
+        page = pages(size)
         page.goto("about:blank")
         page.goto("/")
         expect(page.locator("#first-run")).to_be_visible()
         expect(page.locator("#connection")).to_have_attribute("data-state", "open")
-        findings = audit(page)
+        audit_both_themes(page, None, f"first run at {size}px")
     finally:
         again = live.api("providers_save", {"name": saved["name"], "kind": saved["kind"], "url": saved["url"],
                                             "key": "sk-test-ui-0123456789"})
         live.modelref = f"{again['id']}/{MODEL_ID}"
-    assert findings == [], f"first run at {size}px, {theme}:\n{report(findings)}"
 
 
-@pytest.mark.parametrize(("screen", "size", "theme"), CASES, ids=[f"{c}-{s}-{t}" for c, s, t in CASES])
-def test_screen(pages, scene, screen, size, theme):
-    page = pages(size, theme)
+@pytest.mark.parametrize(("screen", "size"), CASES, ids=[f"{c}-{s}" for c, s in CASES])
+def test_screen(pages, scene, screen, size):
+    page = pages(size)
     page.goto("about:blank")  # a fresh load for each screen: nothing open from the one before
     include = {**SCREENS, **PHONE_ONLY}[screen](page, scene)
-    expect(page.locator("html")).to_have_attribute("data-theme", theme)
-    findings = audit(page, include)
-    assert findings == [], f"{screen} at {size}px, {theme}:\n{report(findings)}"
+    audit_both_themes(page, include, f"{screen} at {size}px")
     assert page.errors == [], page.errors
