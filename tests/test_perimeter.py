@@ -18,8 +18,8 @@ from websockets.exceptions import InvalidStatus
 
 from tests.utils import MS, TOKEN, TotemCase, call, open_ws, read_answer, request
 from totem.app import STATIC_DIR, App
-from totem.http import httpd
 from totem.config import parse_values
+from totem.http import httpd
 
 SECRET_MARKER = "TOTEM-SECRET-MARKER-do-not-serve"
 COOKIE_PATTERN = re.compile(
