@@ -129,7 +129,12 @@ function paintSession() {
   git.setRunning(running);
   if (!session?.worktree) byId('session-branch').hidden = true;
   paintParent();
-  byId('redo-bar').hidden = !session?.redo || running;
+  const redoBar = byId('redo-bar');
+  const holdsKeyboard = !redoBar.hidden && redoBar.contains(document.activeElement);
+  redoBar.hidden = !session?.redo || running;
+  // The bar gone with the keyboard on it (Redo pressed, and the session's event came after the
+  // answer, or a redo from elsewhere): the keyboard goes on to the prompt box, not the page's start.
+  if (holdsKeyboard && redoBar.hidden) composer.focus();
   paintUsage();
   paintTitle();
 }

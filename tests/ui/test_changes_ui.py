@@ -140,6 +140,28 @@ def test_changes_panel_lists_the_files_and_shows_their_patch(live, page):
     expect(view.locator(".diff-add")).to_have_text(["+gamma", "+delta"])
 
 
+def test_the_redo_bar_gone_gives_the_keyboard_to_the_prompt(live, page):
+    """The Redo bar hidden while the keyboard is on it (here by a redo from elsewhere, as when the
+    session's event comes after Redo's own answer): the keyboard goes on to the prompt box."""
+    project = live.project("redo-focus", {"a.txt": "original\n"})
+    session = live.session(project, "Redo focus")
+    open_session(page, project, session)
+    live.model.script(reply(tool_calls=[("write", {"path": "a.txt", "content": "rewritten\n"})]),
+                      reply("Rewritten."))
+    prompt_autoaccept(live, session, "Rewrite a.txt")
+    expect(page.locator(".msg.assistant .md").last).to_have_text("Rewritten.")
+    messageid = next(message["id"] for message in live.api("sessions_messages", ident=session["id"])["messages"]
+                     if message["role"] == "assistant")
+    live.api("sessions_undo", {"messageid": messageid}, ident=session["id"])
+    redo = page.locator("#redo-bar").get_by_role("button", name="Redo")
+    expect(redo).to_be_visible()
+    redo.focus()
+    live.api("sessions_redo", {}, ident=session["id"])
+    expect(page.locator("#redo-bar")).to_be_hidden()
+    expect(page.locator("#prompt")).to_be_focused()
+    assert read(project, "a.txt") == "rewritten\n"
+
+
 def test_undo_and_redo_from_a_message(live, page):
     """Undo on the message that changed a file restores it on disk and dims the message; Redo puts
     the change back; a file changed by hand since is a conflict, left as it is and listed, and
