@@ -57,7 +57,8 @@ check: $(VENV)/.dev
 # checking memory allocator made the suite a sixth slower and found nothing the rest does not.
 # Bytecode is kept (some machines set PYTHONDONTWRITEBYTECODE): each test process and each
 # server it starts would otherwise compile every module again. TEST_WORKERS=0 runs in one process.
-# --dist loadgroup: a test marked xdist_group runs on one worker with the rest of its group.
+# --dist loadgroup: a test marked xdist_group runs on one worker with the rest of its group (each
+# browser test module is one: tests/conftest.py). Not with -d, which is --dist load and wins.
 # Temporary folders go on /dev/shm when it is a RAM disk with 2 GB free: the tests make and remove
 # thousands of git repositories, databases and small files, and a disk's journal of them was a
 # fifth of those tests' time. TEST_TMPDIR= (empty) keeps the system's.
@@ -67,7 +68,7 @@ TEST_PYTHON := $(BIN)/python -X faulthandler -W error
 test: $(VENV)/.dev $(MCP2_VENV)/.installed system-packages
 	@$(BIN)/python -m compileall -q totem >/dev/null
 	PYTHONDONTWRITEBYTECODE= $(if $(TEST_TMPDIR),TMPDIR=$(TEST_TMPDIR)) $(TEST_PYTHON) -m pytest -q \
-		$(if $(filter-out 0,$(TEST_WORKERS)),-d --dist loadgroup --tx '$(TEST_WORKERS)*popen//python=$(TEST_PYTHON)') tests
+		$(if $(filter-out 0,$(TEST_WORKERS)),--dist loadgroup --tx '$(TEST_WORKERS)*popen//python=$(TEST_PYTHON)') tests
 
 # The README's screenshots (screenshots/gallery-*.png), taken by the browser tests.
 screenshots: $(VENV)/.dev system-packages

@@ -50,14 +50,22 @@ FIGURE_MODULES = ("tests.test_shell_differential", "tests.test_http_bounds", "te
 # runs reuse the control runs), set by its xdist_group mark.
 LONG_FIRST = ("tests/test_escape.py", "tests/test_shell_differential.py::test_shell_differential_no_misread_or_bypass",
               "tests/test_crash_undo.py", "tests/agent/test_stream_fast.py::test_the_fast_path_reads_every_stream",
-              "tests/test_terminal_flood.py", "tests/test_disk_full.py", "tests/test_run_marks.py")
+              "tests/test_terminal_flood.py", "tests/test_disk_full.py", "tests/test_run_marks.py",
+              "tests/ui/test_accessibility_ui.py")
+BROWSER_TESTS = "tests/ui/"
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items):
-    """Start the long tests first (a stable sort: the rest keep their order)."""
+    """Start the long tests first (a stable sort: the rest keep their order), and keep each
+    browser test module on one worker: its Totem and its Chromium (module fixtures) are made
+    once, not once on each worker that got some of its tests."""
     def rank(item) -> int:
         return next((n for n, prefix in enumerate(LONG_FIRST) if item.nodeid.startswith(prefix)), len(LONG_FIRST))
     items.sort(key=rank)
+    for item in items:
+        if item.nodeid.startswith(BROWSER_TESTS) and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
 def figures_here() -> list[str]:
