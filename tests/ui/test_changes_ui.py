@@ -140,16 +140,22 @@ def test_changes_panel_lists_the_files_and_shows_their_patch(live, page):
     expect(view.locator(".diff-add")).to_have_text(["+gamma", "+delta"])
 
 
-def test_the_redo_bar_gone_gives_the_keyboard_to_the_prompt(live, page):
-    """The Redo bar hidden while the keyboard is on it (here by a redo from elsewhere, as when the
-    session's event comes after Redo's own answer): the keyboard goes on to the prompt box."""
-    project = live.project("redo-focus", {"a.txt": "original\n"})
-    session = live.session(project, "Redo focus")
+def rewritten(live, page, folder: str, name: str) -> tuple[dict, dict]:
+    """A project whose a.txt a session's answer has rewritten (auto-accepted), shown in `page`."""
+    project = live.project(folder, {"a.txt": "original\n"})
+    session = live.session(project, name)
     open_session(page, project, session)
     live.model.script(reply(tool_calls=[("write", {"path": "a.txt", "content": "rewritten\n"})]),
                       reply("Rewritten."))
     prompt_autoaccept(live, session, "Rewrite a.txt")
     expect(page.locator(".msg.assistant .md").last).to_have_text("Rewritten.")
+    return project, session
+
+
+def test_the_redo_bar_gone_gives_the_keyboard_to_the_prompt(live, page):
+    """The Redo bar hidden while the keyboard is on it (here by a redo from elsewhere, as when the
+    session's event comes after Redo's own answer): the keyboard goes on to the prompt box."""
+    project, session = rewritten(live, page, "redo-focus", "Redo focus")
     messageid = next(message["id"] for message in live.api("sessions_messages", ident=session["id"])["messages"]
                      if message["role"] == "assistant")
     live.api("sessions_undo", {"messageid": messageid}, ident=session["id"])
@@ -166,13 +172,7 @@ def test_undo_and_redo_from_a_message(live, page):
     """Undo on the message that changed a file restores it on disk and dims the message; Redo puts
     the change back; a file changed by hand since is a conflict, left as it is and listed, and
     Restore anyway restores it; Fork opens a new session up to a message."""
-    project = live.project("undoing", {"a.txt": "original\n"})
-    session = live.session(project, "Undoing")
-    open_session(page, project, session)
-    live.model.script(reply(tool_calls=[("write", {"path": "a.txt", "content": "rewritten\n"})]),
-                      reply("Rewritten."))
-    prompt_autoaccept(live, session, "Rewrite a.txt")
-    expect(page.locator(".msg.assistant .md").last).to_have_text("Rewritten.")
+    project, session = rewritten(live, page, "undoing", "Undoing")
     assert read(project, "a.txt") == "rewritten\n"
     expect(page.locator("#diff-files li[data-path='a.txt']")).to_be_visible()
     redo_bar = page.locator("#redo-bar")
