@@ -538,12 +538,9 @@ async function undo(messageid, force = false) {
 async function redo(force = false) {
   const session = state.session;
   if (!session) return;
-  const fromBar = byId('redo-bar').contains(document.activeElement);
   const result = await changingFiles(session, () => api('sessions_redo', {
     id: session.id, body: force ? { force: true } : {} }));
-  if (result) report('Redo', result, () => redo(true));
-  // Redo pressed from the keyboard: its bar is gone, the keyboard goes on to the prompt box.
-  if (fromBar && document.activeElement === document.body) composer.focus();
+  if (result) report('Redo', result, () => redo(true)); // its bar hidden gives the keyboard on (paintSession)
 }
 
 // An undo or a redo, then the conversation read again; null when it failed or another
