@@ -34,7 +34,8 @@ run: $(VENV)/.runtime
 	$(BIN)/python totem.py
 
 # Debian packages the tests use: ripgrep (grep's fast path; the Python fallback is tested too),
-# chromium (the browser tests drive it with Playwright), dash and bash (the shells that
+# chromium-headless-shell (Chromium without the browser's windows: the browser tests drive it
+# with Playwright), dash and bash (the shells that
 # tests/test_shell_differential.py runs command lines under), and bubblewrap (the sandbox's
 # mounts and namespaces; tests/test_sandbox.py tries it and Landlock alone).
 system-packages:
@@ -42,7 +43,7 @@ system-packages:
 	@command -v rg >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq ripgrep >/dev/null; }
 	@command -v dash >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq dash >/dev/null; }
 	@command -v bash >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq bash >/dev/null; }
-	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+	@command -v chromium-headless-shell >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium-headless-shell >/dev/null; }
 
 # Lint and type-check (configured in pyproject.toml): ruff over the tree, mypy over the package.
 check: $(VENV)/.dev

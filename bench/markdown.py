@@ -26,7 +26,7 @@ import threading
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STATIC = os.path.join(ROOT, "static")
-CHROMIUM = "/usr/bin/chromium"  # as tests/ui/harness.py
+CHROMIUM = "/usr/bin/chromium-headless-shell"  # as tests/ui/harness.py
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 ANSWER_KB = 200
