@@ -18,7 +18,7 @@ import unittest
 
 from tests.model_server import reply
 from tests.test_loop import KEY, LoopCase
-from tests.utils import MS, call, next_event, wait_until_gone
+from tests.utils import MS, call, next_event, wait_until_ended
 from totem.agent.turns import Prompt
 from totem.mcp.client import McpClient, McpError
 from totem.mcp.definitions import ServerDefinition, parse_definitions
@@ -167,7 +167,7 @@ class StdioServerTest(McpClientCase):
         self.assertEqual(again["input"]["env"], ["EXTRA"])
         self.assertEqual(again["input"]["changed"], ["the variable EXTRA was added"])
         await self.idle()
-        wait_until_gone(lambda: os.kill(old_pid, 0), "the server of the old definition")
+        wait_until_ended(old_pid, "the server of the old definition")
         self.assertEqual((await self.servers(self.session["id"]))["servers"][0]["state"], "refused")
         parts = await self.server_parts()
         self.assertEqual(parts[-1]["status"], "denied")
@@ -268,10 +268,10 @@ class StdioServerTest(McpClientCase):
         other_pid = self.child_pid(other["id"], "notes")
         answer = await call(self.app, "sessions_remove", {}, ident=self.session["id"])
         self.assertEqual(answer.status, 200, answer.body)
-        wait_until_gone(lambda: os.kill(pid, 0), "the MCP server of the removed session")
+        wait_until_ended(pid, "the MCP server of the removed session")
         os.kill(other_pid, 0)  # the other session's server still runs
         await self.app.runs.stop_all()  # what shutdown does
-        wait_until_gone(lambda: os.kill(other_pid, 0), "the MCP server at shutdown")
+        wait_until_ended(other_pid, "the MCP server at shutdown")
 
     async def test_bad_files_are_listed_and_shown_and_the_run_goes_on(self):
         """A file that is not JSON and a definition with a wrong field are errors shown in the

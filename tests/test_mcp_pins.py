@@ -20,7 +20,7 @@ import pytest
 
 from tests.model_server import reply
 from tests.test_mcp_client import McpClientCase, tool_results
-from tests.utils import call, wait_until_gone
+from tests.utils import call, wait_until_ended
 from totem.mcp import pins
 from totem.mcp.definitions import (
     CODE_LOADING_ENV,
@@ -360,7 +360,7 @@ class PinnedServerTest(McpClientCase):
         tree(self.root, {"srv.sh": "echo rewritten >&2\n" + SERVER_SCRIPT})
         ask = await self.start_asks("after the rewrite")
         self.assertEqual(ask["input"]["changed"], ["srv.sh changed"])
-        wait_until_gone(lambda: os.kill(old_pid, 0), "the server of the old pin")
+        wait_until_ended(old_pid, "the server of the old pin")
         await self.reply(ask, "reject")
         await self.idle()
 

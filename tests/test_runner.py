@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests.utils import MS, wait_until_gone
+from tests.utils import MS, wait_until_ended
 from totem.process import runner
 from totem.process.runner import CommandError, kill_group, minimal_environment, run_command, run_process
 
@@ -38,11 +38,13 @@ def running_members(pgid: int) -> dict[int, str]:
 
 
 def assert_group_gone(pgid: int) -> None:
-    """Nothing of the group runs, the shell is reaped, and init soon reaps the orphans."""
+    """Nothing of the group runs, the shell is reaped, and what is left of the group are
+    orphans' zombies for init to reap (whenever it does)."""
     assert running_members(pgid) == {}
     with pytest.raises(ChildProcessError):  # reaped by asyncio: no zombie of ours
         os.waitpid(pgid, os.WNOHANG)
-    wait_until_gone(lambda: os.killpg(pgid, 0), lambda: f"process group {pgid} ({runner.group_states(pgid)})")
+    for pid in runner.group_states(pgid):
+        wait_until_ended(pid, lambda: f"process group {pgid} ({runner.group_states(pgid)})")
 
 
 def test_run_command_exit_code(tmp_path):
@@ -272,8 +274,8 @@ def process(argv, folder, **options) -> runner.ProcessResult:
 
 
 def assert_process_gone(pid: int) -> None:
-    """`pid` no longer exists (killed, and reaped by us or by init)."""
-    wait_until_gone(lambda: os.kill(pid, 0), f"process {pid}")
+    """`pid` is over: killed, and reaped by us or, for an orphan, left to init (see `ended`)."""
+    wait_until_ended(pid, f"process {pid}")
 
 
 def test_run_process_stdout_and_stderr_apart_as_bytes(tmp_path):

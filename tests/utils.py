@@ -161,15 +161,25 @@ class TotemCase(unittest.IsolatedAsyncioTestCase):
         return answer.json()
 
 
-def wait_until_gone(probe, what) -> None:
-    """Poll `probe()` (os.kill(pid, 0), os.killpg(pgid, 0) ...) until it raises
-    ProcessLookupError: the process is killed and reaped, by us or, for an orphan, by init.
-    `what` names it in the failure (text, or a callable for what is known only then)."""
+def ended(pid: int) -> bool:
+    """Whether process `pid` is over: gone, or a zombie that another process is left to reap (an
+    orphan's, init's business, however slow init is to do it). A zombie of this process is not
+    over: reaping its own children is the test process's business."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    fields = stat[stat.rfind(b")") + 2:].split()
+    return fields[0] == b"Z" and int(fields[1]) != os.getpid()
+
+
+def wait_until_ended(pid: int, what) -> None:
+    """Poll until process `pid` is over (see `ended`): killed, and reaped by us or, for an orphan,
+    left to init. `what` names it in the failure (text, or a callable for what is known only then)."""
     deadline = time.monotonic() + 10_000 * MS
     while time.monotonic() < deadline:
-        try:
-            probe()
-        except ProcessLookupError:
+        if ended(pid):
             return
         time.sleep(20 * MS)
     raise AssertionError(f"{what() if callable(what) else what} is still alive")

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from tests.tools.trees import project, write
-from tests.utils import MS, wait_until_gone
+from tests.utils import MS, wait_until_ended
 from totem.process import runner
 from totem.tools import ToolContext, ToolError, grep as grep_module
 from totem.tools.grep import GrepTool, Query, search_with_rg
@@ -40,8 +40,8 @@ def children_running(code_marker: bytes) -> list[int]:
 
 
 def assert_gone(pid: int) -> None:
-    """`pid` no longer exists: killed, and reaped by us or, for an orphan, by init."""
-    wait_until_gone(lambda: os.kill(pid, 0), f"process {pid}")
+    """`pid` is over: killed, and reaped by us or, for an orphan, left to init (see `ended`)."""
+    wait_until_ended(pid, f"process {pid}")
 
 
 def fake_rg(tmp_path, body: str) -> tuple[str, str]:
