@@ -54,7 +54,7 @@ from tests.escape.world import (
     daemons_of,
     file_state,
     other_addresses,
-    processes_with,
+    processes_marked,
 )
 from tests.model_server import ScriptedModel, reply
 from tests.utils import MS
@@ -225,8 +225,8 @@ class Run:
             await self.on_server(scene, EVERY_IPV4, by_group.get("ipv4", []), [], by_group.get("fatal", []))
             await self.on_server(scene, EVERY_IPV6, by_group.get("ipv6", []), [], [])
         finally:
-            for seen in every:
-                for pid in processes_with(seen.mark):
+            for pids in processes_marked(seen.mark for seen in every).values():
+                for pid in pids:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
             for person in persons.values():
@@ -433,7 +433,7 @@ class Run:
         """The probes that decide once the commands are over: processes get a grace to go."""
         deferred = [seen for seen in seen_list if seen.case.probe.deferred and seen.ran]
         deadline = time.monotonic() + GRACE_MS * MS
-        while time.monotonic() < deadline and any(processes_with(seen.mark) for seen in deferred):
+        while time.monotonic() < deadline and any(processes_marked(seen.mark for seen in deferred).values()):
             await asyncio.sleep(POLL_S)
         for seen in deferred:
             seen.evidence = await seen.case.probe.final(scene, seen)
