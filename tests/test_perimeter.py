@@ -815,6 +815,33 @@ class SecurityHeadersTest(Case):
         self.assertEqual(answer.status, 200)
         self.assertSecurityHeaders(answer.raw_headers)
 
+    async def test_static_file_revalidated_by_its_etag(self):
+        """A static file has a strong ETag; asked again with it (If-None-Match, or `*`, or the tag
+        weak) the answer is a 304 without the body, with the tag and the headers; another tag, or
+        the same after the file changed, gets the file again with its new tag."""
+        static = tempfile.mkdtemp(prefix="totem-static-")
+        self.addCleanup(shutil.rmtree, static, ignore_errors=True)
+        with open(os.path.join(static, "app.js"), "w") as handle:
+            handle.write("console.log(1);\n")
+        self.app.router.static_dir = static
+        first = await request(self.app, "GET", "/app.js")
+        self.assertEqual(first.status, 200)
+        tag = first.header("etag")
+        self.assertRegex(tag, r'^"[0-9a-f]{24}"$')
+        self.assertEqual(first.header("cache-control"), "no-cache")
+        for value in (tag, "*", f"W/{tag}", f'"other", {tag}'):
+            again = await request(self.app, "GET", "/app.js", headers={"If-None-Match": value})
+            self.assertEqual((again.status, again.body, again.header("etag")), (304, b"", tag), value)
+            self.assertIsNone(again.header("content-length"))
+            self.assertSecurityHeaders(again.raw_headers)
+        other = await request(self.app, "GET", "/app.js", headers={"If-None-Match": '"other"'})
+        self.assertEqual((other.status, other.body), (200, b"console.log(1);\n"))
+        with open(os.path.join(static, "app.js"), "w") as handle:
+            handle.write("console.log(2);\n")
+        changed = await request(self.app, "GET", "/app.js", headers={"If-None-Match": tag})
+        self.assertEqual((changed.status, changed.body), (200, b"console.log(2);\n"))
+        self.assertNotEqual(changed.header("etag"), tag)
+
     async def test_headers_login_page(self):
         """The login page carries the security headers."""
         answer = await request(self.app, "GET", "/login")

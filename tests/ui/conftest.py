@@ -1,4 +1,5 @@
-"""Fixtures of the browser tests: one Totem and one Chromium per module, a fresh context per test.
+"""Fixtures of the browser tests: one Totem per module, one Chromium for the modules a worker runs in
+turn, a fresh context per test.
 
 Playwright launches Debian's Chromium (never a browser of its own) with a new temporary profile.
 """
@@ -25,7 +26,10 @@ def live():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-@pytest.fixture(scope="module")
+# One Chromium (and one Playwright driver) for the browser modules that a worker runs one after
+# the other, not one per module: a launch is about a CPU-second. The package scope ends it before
+# any test outside tests/ui/ runs, whose event loops must not meet Playwright's.
+@pytest.fixture(scope="package")
 def browser():
     from playwright.sync_api import expect, sync_playwright
     expect.set_options(timeout=10_000)

@@ -28,6 +28,7 @@ import codecs
 import contextlib
 import ctypes
 import functools
+import hashlib
 import json
 import logging
 import mimetypes
@@ -1137,17 +1138,35 @@ def resolve_static(root: str, path: str) -> str | None:
     return candidate
 
 
-async def static_response(root: str, path: str) -> Response | None:
-    """A static file as a response, or None when there is no such file."""
+async def static_response(root: str, path: str, if_none_match: str | None = None) -> Response | None:
+    """A static file as a response, or None when there is no such file.
+
+    The browser keeps it and asks again each time (no-cache) with its ETag, a digest of the bytes:
+    while the file is unchanged the answer is a 304 without the body, and the browser uses its copy
+    (with the scripts it compiled from it) instead of loading and compiling the file again."""
     file_path = await asyncio.to_thread(resolve_static, root, path)
     if file_path is None:
         return None
-    body = await asyncio.to_thread(_read_file, file_path)
+    body, tag = await asyncio.to_thread(_read_tagged, file_path)
+    headers = [("Cache-Control", "no-cache"), ("ETag", tag)]
+    if if_none_match is not None and etag_matches(if_none_match, tag):
+        return Response(304, headers=headers)
     ext = os.path.splitext(file_path)[1].lower()
     content_type = STATIC_TYPES.get(ext) or mimetypes.guess_type(file_path)[0] or "application/octet-stream"
-    return Response(200, body, content_type, [("Cache-Control", "no-cache")])
+    return Response(200, body, content_type, headers)
 
 
-def _read_file(path: str) -> bytes:
+def etag_matches(if_none_match: str, tag: str) -> bool:
+    """Whether an If-None-Match value names `tag` (RFC 9110 section 13.1.2: `*`, or a list of
+    entity tags compared weakly, so W/"x" names "x")."""
+    wanted = if_none_match.strip()
+    if wanted == "*":
+        return True
+    return any(candidate.strip().removeprefix("W/") == tag for candidate in wanted.split(","))
+
+
+def _read_tagged(path: str) -> tuple[bytes, str]:
+    """A file's bytes and its strong entity tag."""
     with open(path, "rb") as handle:
-        return handle.read()
+        body = handle.read()
+    return body, f'"{hashlib.blake2b(body, digest_size=12).hexdigest()}"'

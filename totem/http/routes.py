@@ -141,7 +141,7 @@ class Router:
             if not token_set:
                 return redirect("/")
             path = LOGIN_PAGES[path]
-        response = await static_response(self.static_dir, path)
+        response = await static_response(self.static_dir, path, request.header("if-none-match"))
         if response is None:
             raise NotFound(("path", "no such page"))
         return response
