@@ -235,9 +235,14 @@ class RefusalTest(TotemCase):
         self.assertNotIn("refused", data)
         self.assertFalse(os.path.exists(marker), "the filter of ~/.gitconfig ran")
         self.assertFalse(os.path.exists(marker + ".hook"), "a hook ran")
-        subprocess.run(["git", "status"], cwd=root, capture_output=True, timeout=30,
-                       env={"PATH": os.environ["PATH"], "HOME": home, "GIT_CONFIG_NOSYSTEM": "1"})
-        self.assertTrue(os.path.exists(marker) and os.path.exists(marker + ".hook"), "the traps were not armed")
+        plain = {"PATH": os.environ["PATH"], "HOME": home, "GIT_CONFIG_NOSYSTEM": "1"}
+        subprocess.run(["git", "status"], cwd=root, capture_output=True, timeout=30, env=plain)
+        self.assertTrue(os.path.exists(marker), "the filter's trap was not armed")
+        # A plain status writes the index back (and so runs the hook) only when it chooses to; a
+        # forced write of the index shows that git runs the hook whenever it writes one.
+        subprocess.run(["git", "update-index", "--force-write-index"], cwd=root, capture_output=True, timeout=30,
+                       env=plain)
+        self.assertTrue(os.path.exists(marker + ".hook"), "the hook's trap was not armed")
 
 
 class VettingTest(unittest.TestCase):
