@@ -14,6 +14,7 @@ import textwrap
 import unittest
 import uuid
 
+from tests.utils import command_line
 from totem.security import confine
 
 LAUNCHER = os.path.abspath(confine.__file__)
@@ -26,14 +27,6 @@ NEED_LANDLOCK = unittest.skipUnless(ABI >= confine.SCOPE_ABI, f"needs Landlock A
 def launch(*options: str, command: list[str], pass_fds=(), timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run([PYTHON, "-I", "-S", LAUNCHER, *options, "--", *command], capture_output=True,
                           text=True, pass_fds=pass_fds, timeout=timeout, check=False)
-
-
-def cmdline(pid: int) -> bytes:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            return handle.read()
-    except OSError:
-        return b""
 
 
 def python(code: str) -> list[str]:
@@ -114,12 +107,16 @@ class LandlockTest(unittest.TestCase):
         self.assertIn("reached", launch(command=["/bin/sh", "-c", script]).stdout)
 
     def test_supervise_ends_what_left_the_group(self):
-        """--supervise: a setsid child is killed when the command ends; the control leaves it."""
+        """--supervise: a setsid child is killed when the command ends; the control leaves it.
+        The command waits until the child runs sleep itself: read in the middle of its exec, a
+        process's cmdline is empty, and the control would take a live child for a dead one."""
         for options, survives in ((("--supervise",), False), ((), True)):
             marker = f"{2000 + int(uuid.uuid4().hex[:4], 16)}.75"
-            result = launch(*options, command=["/bin/sh", "-c", f"setsid sleep {marker} >/dev/null 2>&1 & echo $!"])
+            script = (f"setsid sleep {marker} >/dev/null 2>&1 & p=$!; "
+                      "until case $(readlink /proc/$p/exe) in */sleep) true;; *) false;; esac; do :; done; echo $p")
+            result = launch(*options, command=["/bin/sh", "-c", script])
             pid = int(result.stdout.split()[-1])
-            alive = b"sleep" in cmdline(pid)
+            alive = b"sleep" in command_line(pid)
             if alive:
                 os.kill(pid, 9)
             self.assertEqual(alive, survives, options)

@@ -25,7 +25,7 @@ import uuid
 from tests.model_server import reply
 from tests.test_loop import LoopCase
 from tests.test_mcp_client import SERVER as MCP_SERVER, McpClientCase
-from tests.utils import MS, TotemCase, call, next_event, running_totem
+from tests.utils import MS, TotemCase, call, command_line, next_event, running_totem
 from totem.agent.gate import Asker
 from totem.app import App
 from totem.config import parse_values
@@ -68,12 +68,8 @@ def processes_with(marker: str) -> list[int]:
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as handle:
-                if marker.encode() in handle.read().replace(b"\0", b" "):
-                    found.append(int(name))
-        except OSError:
-            continue
+        if marker.encode() in command_line(int(name)).replace(b"\0", b" "):
+            found.append(int(name))
     return found
 
 

@@ -161,17 +161,44 @@ class TotemCase(unittest.IsolatedAsyncioTestCase):
         return answer.json()
 
 
-def ended(pid: int) -> bool:
-    """Whether process `pid` is over: gone, or a zombie that another process is left to reap (an
-    orphan's, init's business, however slow init is to do it). A zombie of this process is not
-    over: reaping its own children is the test process's business."""
+def process_stat(pid: int) -> list[bytes] | None:
+    """The fields of /proc/<pid>/stat after the command's name (state first, then the parent,
+    the group, the session, the terminal, its group, the flags), or None once it is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
             stat = handle.read()
     except (FileNotFoundError, ProcessLookupError):
-        return True
-    fields = stat[stat.rfind(b")") + 2:].split()
-    return fields[0] == b"Z" and int(fields[1]) != os.getpid()
+        return None
+    return stat[stat.rfind(b")") + 2:].split()
+
+
+def ended(pid: int) -> bool:
+    """Whether process `pid` is over: gone, or a zombie that another process is left to reap (an
+    orphan's, init's business, however slow init is to do it). A zombie of this process is not
+    over: reaping its own children is the test process's business."""
+    fields = process_stat(pid)
+    return fields is None or (fields[0] == b"Z" and int(fields[1]) != os.getpid())
+
+
+PF_KTHREAD = 0x00200000
+
+
+def command_line(pid: int) -> bytes:
+    """The argv of process `pid` as /proc/<pid>/cmdline has it (NUL after each), b"" once it is
+    over and for a kernel thread. In the middle of an exec the file reads empty for a moment
+    (the new image has no arguments yet): that read is taken again, else a live process would
+    look gone."""
+    for _ in range(1000):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                argv = handle.read()
+        except OSError:
+            return b""
+        fields = process_stat(pid)
+        if argv or fields is None or fields[0] == b"Z" or int(fields[6]) & PF_KTHREAD:
+            return argv
+        time.sleep(1 * MS)
+    return b""
 
 
 def wait_until_ended(pid: int, what) -> None:

@@ -57,7 +57,7 @@ from tests.escape.world import (
     processes_marked,
 )
 from tests.model_server import ScriptedModel, reply
-from tests.utils import MS
+from tests.utils import MS, command_line
 
 FAST_PIECE = 1 << 20  # answers leave in one piece: these cases test the sandbox, not streaming
 BATCH = 20  # cases per session and prompt: a short history keeps every request small
@@ -157,11 +157,7 @@ class Scene:
 
     @staticmethod
     def cmdline(pid: int) -> str:
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                return handle.read().replace(b"\0", b" ").decode(errors="replace").strip()
-        except OSError:
-            return "?"
+        return command_line(pid).replace(b"\0", b" ").decode(errors="replace").strip() or "?"
 
 
 class ServerGone(Exception):

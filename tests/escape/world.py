@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 
 from websockets.asyncio.client import connect as ws_connect
 
-from tests.utils import MS, Answer, read_answer
+from tests.utils import MS, Answer, command_line, read_answer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LAUNCHER = os.path.join(ROOT, "totem.py")
@@ -511,11 +511,7 @@ def processes_marked(marks) -> dict[str, list[int]]:
     for name in os.listdir("/proc"):
         if not name.isdigit() or int(name) == os.getpid():
             continue
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as handle:
-                argv = handle.read()
-        except OSError:
-            continue
+        argv = command_line(int(name))
         for mark in {match.decode() for match in pattern.findall(argv)}:
             found[mark].append(int(name))
     return found
@@ -525,11 +521,7 @@ def daemons_of(mark: str) -> list[int]:
     """The pids of the daemons a case started: `sh -c <script> <mark>`, the mark last."""
     found = []
     for pid in processes_with(mark):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                argv = handle.read().split(b"\0")[:-1]
-        except OSError:
-            continue
+        argv = command_line(pid).split(b"\0")[:-1]
         if len(argv) == 4 and argv[1] == b"-c" and argv[3] == mark.encode():
             found.append(pid)
     return found

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from tests.tools.trees import project, write
-from tests.utils import MS, wait_until_ended
+from tests.utils import MS, command_line, process_stat, wait_until_ended
 from totem.process import runner
 from totem.tools import ToolContext, ToolError, grep as grep_module
 from totem.tools.grep import GrepTool, Query, search_with_rg
@@ -26,15 +26,8 @@ def children_running(code_marker: bytes) -> list[int]:
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as handle:
-                stat = handle.read().decode("ascii", "replace")
-            with open(f"/proc/{name}/cmdline", "rb") as handle:
-                cmdline = handle.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2:].split()
-        if fields[1] == str(os.getpid()) and fields[0] != "Z" and code_marker in cmdline:
+        fields = process_stat(int(name))
+        if fields and int(fields[1]) == os.getpid() and fields[0] != b"Z" and code_marker in command_line(int(name)):
             found.append(int(name))
     return found
 
