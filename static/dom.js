@@ -24,6 +24,21 @@ function append(el, children) {
 
 export const byId = (id) => document.getElementById(id);
 
+// A classic script of this server (a library under /vendor/), added to the page when first
+// needed rather than with it: one load however many ask (the CSP's script-src 'self' allows it).
+const scripts = new Map(); // src -> the promise of its load
+export function loadScript(src) {
+  if (!scripts.has(src)) {
+    scripts.set(src, new Promise((resolve, reject) => {
+      const script = h('script', { src });
+      script.addEventListener('load', () => resolve(), { once: true });
+      script.addEventListener('error', () => reject(new Error(`${src} did not load`)), { once: true });
+      document.head.append(script);
+    }));
+  }
+  return scripts.get(src);
+}
+
 // A list row that acts as a button: focusable, and Enter or Space chooses it.
 export function pressable(action) {
   return {

@@ -18,9 +18,11 @@
 // Code is highlighted by highlight.js (static/vendor/highlight/, a classic script that defines
 // `hljs`) for the languages it knows, once its block is final (a block before the last, or the
 // answer complete); its answer is read back as spans and text only (nothing else of it reaches
-// the page), and without it code stays plain.
+// the page), and without it code stays plain. The script is loaded when the first final block
+// with a language is built, not with the page (it is a third of the page's script, and most
+// pages show no code at first): the blocks built before it came are colored in place then.
 import markdownit from '/vendor/markdown-it/markdown-it.esm.min.mjs';
-import { h } from '/dom.js';
+import { h, loadScript } from '/dom.js';
 
 const SAFE_PROTOCOLS = new Set(['http:', 'https:']);
 const SCHEME = /^[a-z][a-z0-9+.-]*:/i;
@@ -29,6 +31,8 @@ const ALIGN = /text-align:\s*(left|center|right)/;
 const MAX_HIGHLIGHT_CHARS = 50000; // a longer block stays plain: highlighting it would stall a frame
 const HIGHLIGHT_CACHE = 64; // blocks whose highlighting is kept (a repaint finds them again)
 const highlights = new Map(); // `${language}\n${code}` -> a fragment to clone
+const HIGHLIGHTER = '/vendor/highlight/highlight.min.js';
+const uncolored = new Set(); // {element, code, language} of the blocks built before it came
 
 const md = markdownit('default', { html: false, linkify: true, typographer: false });
 // Bare URLs only with their scheme (http://, https://): not "example.com" nor "a@b.c" guessed.
@@ -320,13 +324,33 @@ function link(url, label, className, title) {
 
 export function codeBlock(code, language, { highlight = true } = {}) {
   const colored = highlight ? highlighted(code, language) : null;
+  const element = colored ? coloredCode(colored) : h('code', null, code);
+  if (highlight && !colored && language && !globalThis.hljs) colorWhenLoaded(element, code, language);
   return h('div', { className: 'codeblock' },
     h('div', { className: 'codebar' },
       h('span', null, language || 'text'),
       h('button', { type: 'button', className: 'copy', title: 'Copy to the clipboard' }, 'Copy')),
-    h('pre', null, colored
-      ? h('code', { className: `hljs language-${colored.language}`, dataset: { highlighted: 'yes' } }, colored.nodes)
-      : h('code', null, code)));
+    h('pre', null, element));
+}
+
+function coloredCode(colored) {
+  return h('code', { className: `hljs language-${colored.language}`, dataset: { highlighted: 'yes' } }, colored.nodes);
+}
+
+// A block built plain because highlight.js is not there yet: load it (once, see loadScript), then
+// color the block in place. A block painted again meanwhile is built anew (colored then): coloring the
+// one it replaced does no harm.
+function colorWhenLoaded(element, code, language) {
+  uncolored.add({ element, code, language });
+  loadScript(HIGHLIGHTER).then(colorTheWaiting, () => uncolored.clear());
+}
+
+function colorTheWaiting() {
+  for (const { element, code, language } of uncolored) {
+    const colored = highlighted(code, language);
+    if (colored) element.replaceWith(coloredCode(colored));
+  }
+  uncolored.clear();
 }
 
 // The block's code as highlight.js colors it (spans of hljs-* classes around text), or null for a

@@ -1,5 +1,7 @@
 // The Terminal panel: the person's own shell of the open session (Sessions|terminal), below the
-// conversation. xterm.js (static/vendor/, loaded by index.html as classic scripts) draws it.
+// conversation. xterm.js (static/vendor/, classic scripts) draws it: loaded when a shell is first
+// shown or started, not with the page (it is the page's largest script, and most visits open no
+// terminal); what the shell printed meanwhile is held and written once it is there.
 //
 // Opening a session reattaches to its shell when one runs (the scrollback is written again);
 // "Open terminal" starts one. Keystrokes and pastes go to Sessions|terminalinput as base64 of
@@ -13,12 +15,13 @@
 // in a style attribute, which the browser refuses. withAdoptedStyles() hands it constructed
 // style sheets instead, and cellStyles() sets those colours through the CSSOM.
 import { api } from '/api.js';
-import { byId } from '/dom.js';
+import { byId, loadScript } from '/dom.js';
 
 const MAX_INPUT_BYTES = 64 * 1024; // the server's limit of one Sessions|terminalinput
 const FIT_DELAY_MS = 60;
 const RESIZE_DELAY_MS = 200;
 const SIZE_KEY = 'totem.terminal.size';
+const LIBRARY = ['/vendor/xterm/xterm.js', '/vendor/xterm-addon-fit/addon-fit.js'];
 const THEME = {
   background: '#1f2328', foreground: '#e6edf3', cursor: '#e6edf3', selectionBackground: '#3b5b8a',
 };
@@ -54,13 +57,28 @@ export class TerminalPanel {
     this.size = readSize();
     this.fitTimer = 0;
     this.resizeTimer = 0;
-    this.term = this.makeTerminal(); // written to at once, put on the page when first shown
+    this.term = null; // made once xterm.js is loaded (needTerminal), put on the page when first shown
+    this.library = null; // the promise of that load
+    this.libraryFailed = false;
     this.mounted = false;
     this.startButton.addEventListener('click', () => this.start());
     this.stopButton.addEventListener('click', () => this.stop());
     byId('terminal-hide').addEventListener('click', () => this.setShown(false));
     this.toggle.addEventListener('click', () => this.setShown(this.panel.hidden));
     this.paint();
+  }
+
+  // xterm.js loaded and the terminal made (once): it resolves either way, this.term says.
+  needTerminal() {
+    this.library ??= LIBRARY.reduce((loaded, src) => loaded.then(() => loadScript(src)), Promise.resolve())
+      .then(() => {
+        this.term = this.makeTerminal();
+      }, () => {})
+      .finally(() => {
+        this.libraryFailed = !this.term;
+        this.paint();
+      });
+    return this.library;
   }
 
   makeTerminal() {
@@ -109,7 +127,9 @@ export class TerminalPanel {
   }
 
   async start() {
-    if (!this.term || !this.sessionid) return;
+    if (!this.sessionid) return;
+    await this.needTerminal();
+    if (!this.term) return;
     this.starting = true; // the screen is shown and measured first: the shell starts at its size
     this.setShown(true);
     this.fitNow();
@@ -141,6 +161,10 @@ export class TerminalPanel {
     if (!state) {
       this.paint();
       return;
+    }
+    if (state.status !== 'none') {
+      await this.needTerminal(); // the shell's events meanwhile are held
+      if (reading !== this.reading || sessionid !== this.sessionid) return;
     }
     const held = this.held;
     this.held = null;
@@ -285,14 +309,14 @@ export class TerminalPanel {
     const { status, exit } = this.state;
     this.toggle.hidden = !this.sessionid;
     this.panel.dataset.status = status;
-    const error = this.term ? this.error : 'the terminal library did not load';
+    const error = this.libraryFailed ? 'the terminal library did not load' : this.error;
     this.status.classList.toggle('error', !!error);
     this.status.textContent = error
       || (status === 'running' ? 'running' : status === 'exited' ? exitText(exit) : 'no shell');
     this.startButton.textContent = status === 'exited' ? 'Start again' : 'Open terminal';
     this.startButton.hidden = status === 'running';
     this.stopButton.hidden = status !== 'running';
-    this.startButton.disabled = this.stopButton.disabled = this.busy || !this.term;
+    this.startButton.disabled = this.stopButton.disabled = this.busy || this.libraryFailed;
     this.screen.hidden = status === 'none' && !this.starting;
     this.note.hidden = !this.screen.hidden;
     if (this.mount()) this.fitSoon();

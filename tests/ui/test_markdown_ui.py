@@ -230,7 +230,7 @@ def test_streaming_render_equals_one_shot(live, page):
         at = min(len(text), at + rng.randint(1, 40))
         cuts.append(at)
     page.goto("/login")
-    page.add_script_tag(url="/vendor/highlight/highlight.min.js")  # as the app's page loads it
+    page.add_script_tag(url="/vendor/highlight/highlight.min.js")  # as the app loads it for a first code block
     mismatch = page.evaluate("""async ({ text, cuts }) => {
         const { renderMarkdown, renderMarkdownInto } = await import('/markdown.js');
         const oneShot = (source, complete) => {

@@ -9,14 +9,12 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.model_server import Stall, reply, text_chunks
-from tests.ui.harness import CHROMIUM, open_session, shot, watch_csp
+from tests.ui.harness import CHROMIUM, open_session, send, shot, watch_csp
 
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),
                                 reason=f"the browser tests need Debian's Chromium at {CHROMIUM}")
 
 FOREGROUND = "rgb(230, 237, 243)"  # THEME.foreground of static/terminal.js, set by xterm's theme sheet
-
-
 
 
 def type_line(page, text):
@@ -222,3 +220,69 @@ def test_a_page_that_ends_loading_leaves_the_focus_where_the_person_put_it(live,
     type_line(page, "echo kept-$((20+1))")
     expect(page.locator("#terminal-screen .xterm-rows")).to_contain_text("kept-21")
     assert page.locator("#prompt").input_value() == ""
+
+
+LIBRARIES = """() => ({ xterm: typeof window.Terminal, hljs: typeof window.hljs,
+    scripts: [...document.scripts].map((s) => new URL(s.src, location.href).pathname).filter((p) => p.startsWith('/vendor/')) })"""
+
+
+def test_the_libraries_load_when_first_needed(live, page):
+    """A page that shows no terminal and no code loads neither xterm.js nor highlight.js; the
+    first Open terminal loads xterm.js (and its fit addon), the first final code block with a
+    language loads highlight.js and is colored once it came; a shell's output printed while the
+    page loaded xterm.js is on the screen. No CSP violation."""
+    violations = watch_csp(page)
+    project = live.project("libraries", {"a.txt": "x\n"})
+    session = live.session(project, "Libraries")
+    open_session(page, project, session)
+    live.model.script(reply("no code here, only *words*"))
+    send(page, "Say something")
+    expect(page.locator(".msg.assistant .md").last).to_contain_text("only words")
+    assert page.evaluate(LIBRARIES) == {"xterm": "undefined", "hljs": "undefined", "scripts": []}
+
+    page.click("#terminal-toggle")
+    page.get_by_role("button", name="Open terminal").click()
+    expect(page.locator("#terminal-status")).to_have_text("running")
+    page.locator("#terminal-screen .xterm").click()
+    type_line(page, "echo typed-$((6*7))")
+    expect(page.locator("#terminal-screen .xterm-rows")).to_contain_text("typed-42")
+    loaded = page.evaluate(LIBRARIES)
+    assert loaded["xterm"] == "function" and loaded["hljs"] == "undefined", loaded
+    assert loaded["scripts"] == ["/vendor/xterm/xterm.js", "/vendor/xterm-addon-fit/addon-fit.js"], loaded
+
+    live.model.script(reply("Here:\n\n```python\ndef f():\n    return 1\n```\n"))
+    send(page, "Show code")
+    code = page.locator(".msg.assistant .md").last.locator(".codeblock code")
+    expect(code).to_have_class(re.compile(r"\bhljs\b.*\blanguage-python\b"))
+    expect(code.locator("span.hljs-keyword").first).to_have_text("def")
+    assert code.text_content() == "def f():\n    return 1"
+    assert page.evaluate(LIBRARIES)["scripts"].count("/vendor/highlight/highlight.min.js") == 1
+
+    # A reload with the shell running: its output comes while xterm.js loads, and is shown.
+    page.route("**/vendor/xterm/xterm.js", lambda route: (
+        live.api("sessions_terminalinput", {"data": "ZWNobyB3aGlsZS0kKCgxMCsxKSkK"}, ident=session["id"]),
+        route.continue_()))
+    page.reload()
+    expect(page.locator("#terminal-screen .xterm-rows")).to_contain_text("while-11")
+    assert violations() == []
+
+
+def test_a_library_that_does_not_load_is_said(live, page):
+    """xterm.js answered 404: the panel says the library did not load and Open terminal is off;
+    highlight.js answered 404: the code block stays plain, its text whole."""
+    for library in ("**/vendor/xterm/xterm.js", "**/vendor/highlight/highlight.min.js"):
+        page.route(library, lambda route: route.fulfill(status=404, body="gone"))
+    project = live.project("nolibrary", {"a.txt": "x\n"})
+    session = live.session(project, "No library")
+    open_session(page, project, session)
+    live.model.script(reply("Here:\n\n```python\ndef f():\n    return 1\n```\n\nand that is all"))
+    send(page, "Show code")
+    md = page.locator(".msg.assistant .md").last
+    expect(md).to_contain_text("and that is all")
+    page.click("#terminal-toggle")
+    page.get_by_role("button", name="Open terminal").click()
+    expect(page.locator("#terminal-status")).to_have_text("the terminal library did not load")
+    expect(page.get_by_role("button", name="Open terminal")).to_be_disabled()
+    code = md.locator(".codeblock code")
+    expect(code).to_have_text("def f():\n    return 1")
+    assert code.get_attribute("class") is None and code.locator("span").count() == 0
