@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import resource
 import shutil
@@ -499,3 +500,28 @@ def test_run_command_git_hooks_not_run(tmp_path):
     subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q",
                     "--allow-empty", "-m", "two"], cwd=repo, capture_output=True, env=plain_env)
     assert markers["hook"].exists()
+
+
+def test_group_running_by_its_leader_then_by_its_members():
+    """A group runs while its leader runs; once the leader is a zombie, while another member
+    runs; a zombie leader alone is no running group, and a group with no process left neither."""
+    leader = subprocess.Popen(["sh", "-c", "sleep 60 & echo $!; read line"], start_new_session=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    member = int(leader.stdout.readline())
+    try:
+        assert runner.group_running(leader.pid)
+        leader.stdin.close()  # `read` ends: the leader exits, not reaped yet
+        deadline = time.monotonic() + 10_000 * MS
+        while runner.group_states(leader.pid).get(leader.pid) != "Z":
+            assert time.monotonic() < deadline, runner.group_states(leader.pid)
+            time.sleep(5 * MS)
+        assert runner.group_running(leader.pid), "the member still runs"
+        os.kill(member, signal.SIGKILL)
+        wait_until_ended(member, f"member {member}")
+        assert not runner.group_running(leader.pid), runner.group_states(leader.pid)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(member, signal.SIGKILL)
+        leader.stdout.close()
+        leader.wait()
+    assert not runner.group_running(leader.pid)

@@ -583,33 +583,47 @@ def group_running(pgid: int) -> bool:
         return True
     if not os.path.isdir("/proc/self"):
         return True
+    # While its leader runs (a command being stopped, a probe cancelled), one read says so; the
+    # scan of every process is for a group whose leader is gone.
+    if _leader_running(pgid):
+        return True
     return any(state != "Z" for state in group_states(pgid).values())
+
+
+def _leader_running(pgid: int) -> bool:
+    """Whether process `pgid` runs (is no zombie) and is still in group `pgid`; False when that
+    cannot be read (gone, or its pid now another process's outside the group)."""
+    fields = _stat_fields(str(pgid))
+    return fields is not None and fields[2] == str(pgid).encode() and fields[0] not in (b"Z", b"X")
 
 
 def group_states(pgid: int) -> dict[int, str]:
     """`{pid: state letter}` of the members of a process group, read from /proc (Linux)."""
-    # Read with bare file descriptors and compared as bytes: every process of the machine is
-    # read, at each start of a sandbox and each command's end, and a buffered file object per
-    # process made the scan twice as slow.
+    # Every process of the machine is read, at each command's end whose group outlived its leader.
     states = {}
     group = str(pgid).encode()
     for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            fd = os.open(f"/proc/{name}/stat", os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:  # it ended while we looked
-            continue
-        try:
-            stat = os.read(fd, 4096)
-        except OSError:
-            continue
-        finally:
-            os.close(fd)
-        fields = stat[stat.rfind(b")") + 2:].split(None, 3)  # the name in parentheses may hold spaces
-        if len(fields) > 2 and fields[2] == group:
+        if name.isdigit() and (fields := _stat_fields(name)) is not None and fields[2] == group:
             states[int(name)] = fields[0].decode("ascii", "replace")
     return states
+
+
+def _stat_fields(pid: str) -> list[bytes] | None:
+    """The state, parent and group of a process (the first fields of /proc/<pid>/stat after its
+    name), None when it cannot be read (it ended while we looked). Read with a bare descriptor and
+    kept as bytes: a buffered file object per process made a scan of them all twice as slow."""
+    try:
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        stat = os.read(fd, 4096)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    fields = stat[stat.rfind(b")") + 2:].split(None, 3)  # the name in parentheses may hold spaces
+    return fields if len(fields) > 2 else None
 
 
 class OutputBuffer:
