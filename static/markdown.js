@@ -339,10 +339,10 @@ function coloredCode(colored) {
 
 // A block built plain because highlight.js is not there yet: load it (once, see loadScript), then
 // color the block in place. A block painted again meanwhile is built anew (colored then): coloring the
-// one it replaced does no harm.
+// one it replaced does no harm. The first block to wait asks for the load; the others join it.
 function colorWhenLoaded(element, code, language) {
+  if (!uncolored.size) loadScript(HIGHLIGHTER).then(colorTheWaiting, () => uncolored.clear());
   uncolored.add({ element, code, language });
-  loadScript(HIGHLIGHTER).then(colorTheWaiting, () => uncolored.clear());
 }
 
 function colorTheWaiting() {

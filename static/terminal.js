@@ -71,10 +71,9 @@ export class TerminalPanel {
   // xterm.js loaded and the terminal made (once): it resolves either way, this.term says.
   needTerminal() {
     this.library ??= LIBRARY.reduce((loaded, src) => loaded.then(() => loadScript(src)), Promise.resolve())
+      .catch(() => {}) // makeTerminal() finds no library then
       .then(() => {
         this.term = this.makeTerminal();
-      }, () => {})
-      .finally(() => {
         this.libraryFailed = !this.term;
         this.paint();
       });
